@@ -1,0 +1,1 @@
+//! Built-in legacy MCP server (placeholder, being written).

@@ -1,0 +1,1 @@
+//! requestState sealing (placeholder, being written).
