@@ -1,6 +1,37 @@
-//! mrtr-gateway: makes an unmodified legacy MCP server (2024-11-05 .. 2025-11-25) look like a
-//! correct MCP 2026-07-28 server.
+//! mrtr-gateway makes an unmodified legacy MCP server (2024-11-05 .. 2025-11-25) a correct
+//! MCP 2026-07-28 server.
+//!
+//! A request flows through the crate like this:
+//!
+//! ```text
+//! client --POST /mcp--> downstream::http   (size, depth, shape, headers vs body, _meta, Origin, principal)
+//!                          |
+//!                          v
+//!                       bridge   --lease-->  upstream::Pool[(backend, principal, capability set)]
+//!                          |                    | one task owns each legacy session (stdio child)
+//!                          |<---- events -------+ final response | server request | notification
+//!   server requests  -->  park: registry[park id] = the task holding the suspended call
+//! client <-- InputRequiredResult { inputRequests, requestState = seal(park, principal, request, round, expiry) }
+//! client --retry { inputResponses, requestState }--> open seal, check, hand answers to the park task
+//!                          task writes each answer upstream as the response to the server's request,
+//!                          then: another round, or the final result { resultType: "complete" }
+//! ```
+//!
+//! Modules: [`config`] (TOML -> validated `Config`), [`jsonrpc`] (message model and limits),
+//! [`protocol`] (MCP era knowledge), [`downstream`] (the modern HTTP face), [`upstream`] (legacy
+//! sessions and the pool), [`bridge`] (calls, parking, resume, expiry), [`seal`] (the only
+//! crypto), [`sse`], [`app`] (wiring and shutdown), [`cli`], and [`legacy_server`] (the built-in
+//! legacy server used by `demo` and the tests).
 #![forbid(unsafe_code)]
 
+pub mod app;
+pub mod bridge;
+pub mod cli;
+pub mod config;
+pub mod downstream;
+pub mod jsonrpc;
 pub mod legacy_server;
+pub mod protocol;
 pub mod seal;
+pub mod sse;
+pub mod upstream;

@@ -1,1 +1,394 @@
-//! requestState sealing (placeholder, being written).
+//! Sealing and opening requestState, the key ring, digests and random ids: the only crypto in
+//! the crate. requestState travels through the client and comes back as attacker-controlled
+//! input, so it is authenticated encryption (AES-256-GCM) framed as `v1.<key id>.<base64url>`,
+//! and every failure to open it is one opaque [`Invalid`].
+
+use base64::Engine;
+use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use ring::{digest as sha, hmac};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Tokens longer than this are refused before any decoding.
+const MAX_TOKEN: usize = 8 * 1024;
+
+/// A SHA-256 digest.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Digest(pub [u8; 32]);
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+pub fn digest(bytes: &[u8]) -> Digest {
+    let d = sha::digest(&sha::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    Digest(out)
+}
+
+/// A random 128-bit park id.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ParkId(pub [u8; 16]);
+
+impl ParkId {
+    pub fn random() -> ParkId {
+        let mut b = [0u8; 16];
+        SystemRandom::new().fill(&mut b).expect("system randomness");
+        ParkId(b)
+    }
+}
+
+impl fmt::Display for ParkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for ParkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// What a sealed requestState binds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    pub park: ParkId,
+    pub owner: String,
+    pub principal: Digest,
+    pub request: Digest,
+    pub round: u32,
+    pub expires_at_ms: u64,
+    pub outstanding: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("key id `{0}`: use 1 to 32 characters of letters, digits, `-` and `_`")]
+    BadId(String),
+    #[error("key `{0}`: {1}")]
+    BadSecret(String, String),
+    #[error("{0}")]
+    Ring(String),
+}
+
+/// One AES-256-GCM key with its id, and a MAC key derived from the same secret.
+pub struct Key {
+    id: String,
+    aead: LessSafeKey,
+    mac: hmac::Key,
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Key")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Key {
+    pub fn new(id: &str, secret: &[u8]) -> Result<Key, KeyError> {
+        let id_ok = !id.is_empty()
+            && id.len() <= 32
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !id_ok {
+            return Err(KeyError::BadId(id.to_owned()));
+        }
+        if secret.len() != 32 {
+            return Err(KeyError::BadSecret(
+                id.to_owned(),
+                format!("secret must decode to 32 bytes, got {}", secret.len()),
+            ));
+        }
+        let unbound =
+            UnboundKey::new(&AES_256_GCM, secret).map_err(|_| KeyError::Ring("bad key".into()))?;
+        // The MAC key is a separate derivation, so the two uses never share key material.
+        let mut mac_secret = b"mrtr-gateway internal hop\0".to_vec();
+        mac_secret.extend_from_slice(secret);
+        let mac = hmac::Key::new(hmac::HMAC_SHA256, digest(&mac_secret).0.as_ref());
+        Ok(Key {
+            id: id.to_owned(),
+            aead: LessSafeKey::new(unbound),
+            mac,
+        })
+    }
+
+    pub fn from_base64(id: &str, secret_b64url: &str) -> Result<Key, KeyError> {
+        let trimmed = secret_b64url.trim();
+        let bytes = URL_SAFE_NO_PAD
+            .decode(trimmed.trim_end_matches('='))
+            .or_else(|_| URL_SAFE.decode(trimmed))
+            .map_err(|_| KeyError::BadSecret(id.to_owned(), "secret is not base64url".into()))?;
+        Key::new(id, &bytes)
+    }
+
+    pub fn generate(id: &str) -> Result<(Key, String), KeyError> {
+        let mut secret = [0u8; 32];
+        SystemRandom::new()
+            .fill(&mut secret)
+            .map_err(|_| KeyError::Ring("no randomness".into()))?;
+        let key = Key::new(id, &secret)?;
+        Ok((key, URL_SAFE_NO_PAD.encode(secret)))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// The key ring: the first key seals, every key opens.
+pub struct KeyRing {
+    keys: Vec<Key>,
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.keys.iter().map(|k| &k.id))
+            .finish()
+    }
+}
+
+/// The one opaque failure; the reason is for metrics and logs only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invalid(pub Reason);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Malformed,
+    UnknownKey,
+    Tampered,
+}
+
+impl Reason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::Malformed => "malformed",
+            Reason::UnknownKey => "unknown_key",
+            Reason::Tampered => "tampered",
+        }
+    }
+}
+
+fn aad(id: &str) -> Vec<u8> {
+    format!("v1.{id}").into_bytes()
+}
+
+impl KeyRing {
+    pub fn new(keys: Vec<Key>) -> Result<KeyRing, KeyError> {
+        if keys.is_empty() {
+            return Err(KeyError::Ring("at least one key is required".into()));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if keys[..i].iter().any(|o| o.id == k.id) {
+                return Err(KeyError::BadId(format!("{} (used twice)", k.id)));
+            }
+        }
+        Ok(KeyRing { keys })
+    }
+
+    pub fn ephemeral() -> KeyRing {
+        let (key, _) = Key::generate("ephemeral").expect("fixed id is valid");
+        KeyRing { keys: vec![key] }
+    }
+
+    pub fn sealing_key_id(&self) -> &str {
+        &self.keys[0].id
+    }
+
+    pub fn seal(&self, claims: &Claims) -> String {
+        let key = &self.keys[0];
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .expect("system randomness");
+        let mut data = serde_json::to_vec(claims).expect("claims serialize");
+        key.aead
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad(&key.id)),
+                &mut data,
+            )
+            .expect("AES-GCM seal");
+        let mut payload = nonce.to_vec();
+        payload.extend_from_slice(&data);
+        format!("v1.{}.{}", key.id, URL_SAFE_NO_PAD.encode(payload))
+    }
+
+    pub fn open(&self, token: &str) -> Result<Claims, Invalid> {
+        let malformed = Invalid(Reason::Malformed);
+        if token.len() > MAX_TOKEN {
+            return Err(malformed);
+        }
+        let rest = token.strip_prefix("v1.").ok_or(malformed)?;
+        let (id, payload) = rest.split_once('.').ok_or(malformed)?;
+        if id.is_empty() || payload.is_empty() {
+            return Err(malformed);
+        }
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.id == id)
+            .ok_or(Invalid(Reason::UnknownKey))?;
+        let mut bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| malformed)?;
+        if bytes.len() < NONCE_LEN + AES_256_GCM.tag_len() {
+            return Err(malformed);
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&bytes[..NONCE_LEN]);
+        let sealed = &mut bytes[NONCE_LEN..];
+        let plain = key
+            .aead
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad(&key.id)),
+                sealed,
+            )
+            .map_err(|_| Invalid(Reason::Tampered))?;
+        serde_json::from_slice(plain).map_err(|_| Invalid(Reason::Tampered))
+    }
+
+    /// MAC for the internal hop between replicas, with the sealing key's MAC key.
+    pub fn mac(&self, data: &[u8]) -> [u8; 32] {
+        let tag = hmac::sign(&self.keys[0].mac, data);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Constant-time check against every key.
+    pub fn verify_mac(&self, data: &[u8], tag: &[u8]) -> bool {
+        self.keys
+            .iter()
+            .any(|k| hmac::verify(&k.mac, data, tag).is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims() -> Claims {
+        Claims {
+            park: ParkId::random(),
+            owner: "local".into(),
+            principal: digest(b"p"),
+            request: digest(b"r"),
+            round: 1,
+            expires_at_ms: 42,
+            outstanding: vec!["elicitation-1".into()],
+        }
+    }
+
+    fn ring(id: &str) -> KeyRing {
+        KeyRing::new(vec![Key::generate(id).unwrap().0]).unwrap()
+    }
+
+    #[test]
+    fn sealed_claims_open_again() {
+        let r = ring("k1");
+        let c = claims();
+        let t = r.seal(&c);
+        assert!(t.starts_with("v1.k1."));
+        assert_eq!(r.open(&t).unwrap(), c);
+        assert_ne!(r.seal(&c), t, "a fresh nonce each time");
+    }
+
+    #[test]
+    fn any_altered_byte_is_tampering() {
+        let r = ring("k1");
+        let t = r.seal(&claims());
+        let start = "v1.k1.".len();
+        for i in start..t.len() {
+            let mut b = t.clone().into_bytes();
+            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+            let s = String::from_utf8(b).unwrap();
+            assert!(r.open(&s).is_err(), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics_and_is_refused() {
+        let r = ring("k1");
+        for bad in [
+            "",
+            ".",
+            "v1..",
+            "v1.k1.",
+            "v2.k1.AAAA",
+            "v1.k1.!!!",
+            "v1.k1.AAAA",
+            "v1.é.x",
+            "v1.k1",
+        ] {
+            assert!(r.open(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            r.open(&"A".repeat(MAX_TOKEN + 1)),
+            Err(Invalid(Reason::Malformed))
+        );
+        let t = r.seal(&claims());
+        assert_ne!(r.open(&t[..t.len() - 3]).unwrap_err().0, Reason::UnknownKey);
+    }
+
+    #[test]
+    fn unknown_or_swapped_key_ids_fail() {
+        let r = ring("k1");
+        let t = r.seal(&claims());
+        assert_eq!(ring("k2").open(&t), Err(Invalid(Reason::UnknownKey)));
+        let both = KeyRing::new(vec![
+            Key::generate("k2").unwrap().0,
+            Key::generate("k1").unwrap().0,
+        ])
+        .unwrap();
+        let swapped = t.replacen("v1.k1.", "v1.k2.", 1);
+        assert_eq!(both.open(&swapped), Err(Invalid(Reason::Tampered)));
+    }
+
+    #[test]
+    fn rotation_keeps_old_states_open_and_seals_with_the_new_key() {
+        let (old, old_secret) = Key::generate("old").unwrap();
+        let before = KeyRing::new(vec![old]).unwrap();
+        let t = before.seal(&claims());
+        let after = KeyRing::new(vec![
+            Key::generate("new").unwrap().0,
+            Key::from_base64("old", &old_secret).unwrap(),
+        ])
+        .unwrap();
+        assert!(after.open(&t).is_ok());
+        assert!(after.seal(&claims()).starts_with("v1.new."));
+    }
+
+    #[test]
+    fn key_rules_and_debug_hide_secrets() {
+        assert!(Key::new("k", &[0u8; 12]).is_err());
+        assert!(Key::new("bad id", &[0u8; 32]).is_err());
+        let (k, secret) = Key::generate("k").unwrap();
+        assert!(!format!("{k:?}").contains(&secret));
+        assert!(
+            KeyRing::new(vec![
+                Key::new("a", &[1; 32]).unwrap(),
+                Key::new("a", &[2; 32]).unwrap()
+            ])
+            .is_err()
+        );
+        assert!(Key::from_base64("p", &format!("{secret}=")).is_ok());
+    }
+
+    #[test]
+    fn macs_verify_and_reject_flipped_bits() {
+        let r = ring("k1");
+        let mut tag = r.mac(b"data");
+        assert!(r.verify_mac(b"data", &tag));
+        tag[0] ^= 1;
+        assert!(!r.verify_mac(b"data", &tag));
+    }
+}

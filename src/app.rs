@@ -1,0 +1,174 @@
+//! Wiring: a validated config becomes the engine and a listener; the accept loop serves
+//! connections (bounded by `server.max_connections`) until shutdown, then drains: connections
+//! finish their in-flight requests, calls are abandoned explicitly, sessions and children stop.
+
+use crate::bridge::Bridge;
+use crate::config::{Config, LogFormat};
+use crate::downstream;
+use anyhow::Context;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Running {
+    addr: SocketAddr,
+    bridge: Arc<Bridge>,
+    stop: CancellationToken,
+    done: JoinHandle<()>,
+}
+
+impl Running {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn bridge(&self) -> &Arc<Bridge> {
+        &self.bridge
+    }
+
+    /// URL of each backend's endpoint.
+    pub fn urls(&self) -> Vec<String> {
+        self.bridge
+            .config
+            .backends
+            .iter()
+            .map(|b| format!("http://{}{}", self.addr, b.path))
+            .collect()
+    }
+
+    /// Stops accepting, drains, and returns when everything has stopped.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.done.await;
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down.
+    pub async fn until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!("shutdown signal received; draining");
+        self.shutdown().await;
+    }
+}
+
+/// Binds the listener and starts serving.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    if config.state.ephemeral {
+        tracing::warn!(
+            "no requestState keys configured: using a random per-process key. Parked calls cannot be resumed after a restart or by another replica; set [state] keys or {} (see `mrtr-gateway keygen`)",
+            crate::config::KEYS_ENV
+        );
+    }
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    let addr = listener.local_addr()?;
+    let grace = config.server.shutdown_grace;
+    let max_connections = config.server.max_connections;
+    let bridge = Bridge::new(Arc::new(config));
+    let stop = CancellationToken::new();
+    let done = tokio::spawn(accept_loop(
+        listener,
+        bridge.clone(),
+        stop.clone(),
+        max_connections,
+        grace,
+    ));
+    Ok(Running {
+        addr,
+        bridge,
+        stop,
+        done,
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    bridge: Arc<Bridge>,
+    stop: CancellationToken,
+    max_connections: usize,
+    grace: std::time::Duration,
+) {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let connections = TaskTracker::new();
+    loop {
+        let permit = tokio::select! {
+            _ = stop.cancelled() => break,
+            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let bridge = bridge.clone();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req| {
+                let bridge = bridge.clone();
+                async move { Ok::<_, std::convert::Infallible>(downstream::http::serve(bridge, req).await) }
+            });
+            let conn = http1::Builder::new().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(30)).serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => if let Err(e) = r { tracing::debug!(%peer, "connection ended: {e}") },
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    bridge.close(grace).await;
+    if tokio::time::timeout(grace, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace");
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Logs to stderr; `RUST_LOG` wins over the configured level.
+pub fn init_tracing(format: LogFormat, level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

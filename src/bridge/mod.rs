@@ -1,0 +1,338 @@
+//! The engine. A client request arrives here validated; plain methods are forwarded on a shared
+//! session, and `tools/call`, `prompts/get`, `resources/read` run as calls (`call`) that park
+//! when the backend asks for input and resume when the client retries with `requestState`.
+//!
+//! Every request yields a stream of [`Reply`]: notifications for the current round, then one
+//! final outcome. The downstream face turns that into JSON or SSE.
+
+mod call;
+pub mod park;
+
+use crate::config::Config;
+use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
+use crate::protocol::caps::Declared;
+use crate::protocol::meta::RequestMeta;
+use crate::protocol::{self, MODERN};
+use crate::seal::{self, Digest, KeyRing};
+use crate::upstream::{self, Pool, PoolKey};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What the client is told, in order: notifications, then the outcome.
+#[derive(Debug)]
+pub enum Reply {
+    Notification(Value),
+    Done(Result<Value, ErrorObject>),
+}
+
+/// A request that passed the downstream checks.
+#[derive(Debug)]
+pub struct Request {
+    pub method: String,
+    pub params: Map<String, Value>,
+    pub meta: RequestMeta,
+    pub principal: Digest,
+}
+
+/// The one error every requestState failure gets, whatever check failed.
+pub fn invalid_state() -> ErrorObject {
+    ErrorObject::new(
+        INVALID_PARAMS,
+        "Invalid requestState: issue the request again without it",
+    )
+}
+
+/// Shared state of the engine.
+#[derive(Debug)]
+pub struct Bridge {
+    pub(crate) config: Arc<Config>,
+    pub(crate) pools: Vec<Arc<Pool>>,
+    pub(crate) keys: Arc<KeyRing>,
+    pub(crate) parks: Arc<park::Registry>,
+    pub(crate) tasks: TaskTracker,
+    /// Cancelled first at shutdown: parked calls are abandoned while sessions still run.
+    pub(crate) shutdown: CancellationToken,
+    /// Cancelled last: upstream sessions and their children stop.
+    sessions: CancellationToken,
+}
+
+impl Bridge {
+    pub fn new(config: Arc<Config>) -> Arc<Bridge> {
+        let sessions = CancellationToken::new();
+        let rules = upstream::session::Rules {
+            static_roots: Arc::new(config.static_roots.clone()),
+            held_roots_wait: config.limits.held_roots_wait,
+        };
+        let pools = config
+            .backends
+            .iter()
+            .map(|b| {
+                Pool::new(
+                    b.clone(),
+                    config.limits.clone(),
+                    rules.clone(),
+                    sessions.child_token(),
+                )
+            })
+            .collect();
+        Arc::new(Bridge {
+            keys: config.state.keys.clone(),
+            config,
+            pools,
+            parks: Arc::new(park::Registry::default()),
+            tasks: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            sessions,
+        })
+    }
+
+    /// Stops the engine: parked and running calls are abandoned (backends told), then, once
+    /// they are done or `grace` passed, every upstream session closes.
+    pub async fn close(&self, grace: std::time::Duration) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("calls still running after the shutdown grace; closing sessions anyway");
+        }
+        self.sessions.cancel();
+    }
+
+    /// Index of the backend serving `path`.
+    pub fn route(&self, path: &str) -> Option<usize> {
+        self.config.backends.iter().position(|b| b.path == path)
+    }
+
+    /// Calls parked now.
+    pub fn parked(&self) -> usize {
+        self.parks.len()
+    }
+
+    pub fn pool(&self, backend: usize) -> &Arc<Pool> {
+        &self.pools[backend]
+    }
+
+    /// Starts serving one request; the receiver yields its replies.
+    pub fn handle(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
+        let (tx, rx) = mpsc::channel(16);
+        let bridge = self.clone();
+        self.tasks.spawn(async move {
+            if protocol::is_mrtr_method(&req.method) {
+                call::serve(bridge, backend, req, tx).await;
+            } else {
+                let outcome = bridge.plain(backend, req).await;
+                let _ = tx.send(Reply::Done(outcome)).await;
+            }
+        });
+        rx
+    }
+
+    async fn plain(&self, backend: usize, req: Request) -> Result<Value, ErrorObject> {
+        if req.params.contains_key("inputResponses") || req.params.contains_key("requestState") {
+            return Err(ErrorObject::new(
+                INVALID_PARAMS,
+                format!(
+                    "`{}` cannot carry inputResponses or requestState",
+                    req.method
+                ),
+            ));
+        }
+        let declared = Declared::from_modern(&req.meta.capabilities);
+        let pool = &self.pools[backend];
+        let lease = pool
+            .acquire(upstream::pool::Want {
+                key: PoolKey {
+                    principal: req.principal,
+                    fingerprint: declared.fingerprint(),
+                },
+                declared,
+                modern_caps: &req.meta.capabilities,
+                client_info: req.meta.client_info.as_ref(),
+                interactive: false,
+            })
+            .await
+            .map_err(|e| upstream_error(&e))?;
+        if req.method == "server/discover" {
+            return Ok(self.discover(lease.session().info()));
+        }
+        let params = upstream_params(&req.params, &req.meta);
+        let mut call = lease
+            .session()
+            .request(&req.method, Some(params), false)
+            .await
+            .map_err(|e| upstream_error(&e))?;
+        let outcome = tokio::time::timeout(self.config.limits.request_timeout, async {
+            loop {
+                match call.events.recv().await {
+                    Some(upstream::CallEvent::Response(outcome)) => return outcome,
+                    Some(upstream::CallEvent::Closed(reason)) => {
+                        return Err(ErrorObject::new(
+                            jsonrpc::BACKEND_FAILED,
+                            format!("backend `{}` failed: {reason}", lease.session().backend()),
+                        ));
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(ErrorObject::new(
+                            jsonrpc::BACKEND_FAILED,
+                            "backend session ended",
+                        ));
+                    }
+                }
+            }
+        })
+        .await;
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(_) => {
+                lease.session().forget(call.id.clone());
+                return Err(upstream_error(&upstream::Error::Timeout(
+                    lease.session().backend().to_owned(),
+                )));
+            }
+        };
+        self.finish(&req.method, false, outcome)
+    }
+
+    /// `server/discover`, built from the backend's `initialize` result.
+    fn discover(&self, info: &upstream::session::InitInfo) -> Value {
+        let init = &info.result;
+        let mut caps = Map::new();
+        if let Some(legacy) = init.get("capabilities").and_then(Value::as_object) {
+            for (name, value) in legacy {
+                match name.as_str() {
+                    "tools" | "prompts" | "resources" | "completions" | "logging"
+                    | "experimental" => {
+                        let mut v = value.clone();
+                        // Change notifications need subscriptions/listen, which the gateway does not offer.
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("listChanged");
+                            o.remove("subscribe");
+                        }
+                        caps.insert(name.clone(), v);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut result = json!({
+            "resultType": "complete",
+            "supportedVersions": [MODERN],
+            "capabilities": caps,
+            "ttlMs": self.config.cache.ttl_ms,
+            "cacheScope": self.config.cache.scope,
+        });
+        if let Some(server_info) = init.get("serverInfo") {
+            result["_meta"] = json!({ protocol::meta::SERVER_INFO: server_info });
+        }
+        if let Some(instructions) = init.get("instructions").filter(|i| i.is_string()) {
+            result["instructions"] = instructions.clone();
+        }
+        result
+    }
+
+    /// Shapes a backend's outcome as a 2026-07-28 one.
+    pub(crate) fn finish(
+        &self,
+        method: &str,
+        retry: bool,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<Value, ErrorObject> {
+        match outcome {
+            Ok(mut result) => {
+                if !result.is_object() {
+                    return Err(ErrorObject::new(
+                        jsonrpc::BACKEND_FAILED,
+                        "backend returned a result that is not an object",
+                    ));
+                }
+                result["resultType"] = json!("complete");
+                if protocol::is_cacheable_method(method) {
+                    let (ttl, scope) = if retry {
+                        (0, "private")
+                    } else {
+                        (self.config.cache.ttl_ms, self.config.cache.scope)
+                    };
+                    result["ttlMs"] = json!(ttl);
+                    result["cacheScope"] = json!(scope);
+                }
+                Ok(result)
+            }
+            Err(mut e) => {
+                if e.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
+                    e.code = INVALID_PARAMS;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Digest binding a requestState to its originating request.
+    pub(crate) fn request_digest(method: &str, params: &Map<String, Value>) -> Digest {
+        let salient = json!({
+            "method": method,
+            "name": params.get("name"),
+            "uri": params.get("uri"),
+            "arguments": params.get("arguments"),
+        });
+        // serde_json maps are ordered by key, so this encoding is canonical.
+        seal::digest(&serde_json::to_vec(&salient).expect("JSON values serialize"))
+    }
+}
+
+/// Params for the backend: the client's, without MRTR fields or 2026 `_meta` keys.
+pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -> Value {
+    let mut p = params.clone();
+    p.remove("inputResponses");
+    p.remove("requestState");
+    p.remove("_meta");
+    let mut m = meta.other.clone();
+    if let Some(token) = &meta.progress_token {
+        m.insert("progressToken".into(), token.clone());
+    }
+    if !m.is_empty() {
+        p.insert("_meta".into(), Value::Object(m));
+    }
+    Value::Object(p)
+}
+
+pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
+    let code = match e {
+        upstream::Error::Busy(_) | upstream::Error::ShuttingDown => jsonrpc::BACKEND_BUSY,
+        _ => jsonrpc::BACKEND_FAILED,
+    };
+    ErrorObject::new(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_digest_ignores_key_order_and_meta() {
+        let a: Map<String, Value> =
+            serde_json::from_str(r#"{"name":"t","arguments":{"x":1,"y":[1,2]},"_meta":{"a":1}}"#)
+                .unwrap();
+        let b: Map<String, Value> =
+            serde_json::from_str(r#"{"arguments":{"y":[1,2],"x":1},"name":"t"}"#).unwrap();
+        let c: Map<String, Value> =
+            serde_json::from_str(r#"{"arguments":{"y":[2,1],"x":1},"name":"t"}"#).unwrap();
+        assert_eq!(
+            Bridge::request_digest("tools/call", &a),
+            Bridge::request_digest("tools/call", &b)
+        );
+        assert_ne!(
+            Bridge::request_digest("tools/call", &a),
+            Bridge::request_digest("tools/call", &c)
+        );
+        assert_ne!(
+            Bridge::request_digest("tools/call", &a),
+            Bridge::request_digest("prompts/get", &a)
+        );
+    }
+}

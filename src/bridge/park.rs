@@ -1,0 +1,150 @@
+//! The park registry: park id -> the task that holds a suspended call, plus the counters that
+//! bound parked calls per principal and in total.
+
+use crate::jsonrpc::ErrorObject;
+use crate::seal::{Digest, ParkId};
+use dashmap::DashMap;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::mpsc;
+
+use super::Reply;
+use crate::protocol::caps::Declared;
+use crate::protocol::meta::RequestMeta;
+
+/// A retry, handed to the task that holds the park.
+#[derive(Debug)]
+pub struct Resume {
+    pub round: u32,
+    pub responses: Map<String, Value>,
+    pub meta: RequestMeta,
+    pub declared: Declared,
+    pub reply: mpsc::Sender<Reply>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Handle {
+    pub resume: mpsc::Sender<Resume>,
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    parks: DashMap<ParkId, Handle>,
+    per_principal: DashMap<Digest, usize>,
+    total: AtomicUsize,
+}
+
+/// Why a call could not be parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    Principal,
+    Total,
+}
+
+impl Full {
+    pub fn to_error(self) -> ErrorObject {
+        let what = match self {
+            Full::Principal => "this principal has too many calls waiting for input",
+            Full::Total => "the gateway has too many calls waiting for input",
+        };
+        ErrorObject::new(crate::jsonrpc::BACKEND_BUSY, what)
+    }
+}
+
+/// A park's place in the registry; freed on drop, so every exit path frees it.
+#[derive(Debug)]
+pub struct Entry {
+    registry: Arc<Registry>,
+    pub id: ParkId,
+    principal: Digest,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.registry.parks.remove(&self.id);
+        self.registry.total.fetch_sub(1, Ordering::AcqRel);
+        if let dashmap::Entry::Occupied(mut e) = self.registry.per_principal.entry(self.principal) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
+
+impl Registry {
+    /// Takes a place for a new park, within the limits.
+    pub fn insert(
+        self: &Arc<Self>,
+        principal: Digest,
+        handle: Handle,
+        per_principal: usize,
+        total: usize,
+    ) -> Result<Entry, Full> {
+        if self.total.fetch_add(1, Ordering::AcqRel) >= total {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(Full::Total);
+        }
+        {
+            let mut count = self.per_principal.entry(principal).or_insert(0);
+            if *count >= per_principal {
+                drop(count);
+                self.total.fetch_sub(1, Ordering::AcqRel);
+                return Err(Full::Principal);
+            }
+            *count += 1;
+        }
+        let id = ParkId::random();
+        self.parks.insert(id, handle);
+        Ok(Entry {
+            registry: self.clone(),
+            id,
+            principal,
+        })
+    }
+
+    pub fn get(&self, id: &ParkId) -> Option<Handle> {
+        self.parks.get(id).map(|h| h.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle() -> Handle {
+        Handle {
+            resume: mpsc::channel(1).0,
+        }
+    }
+
+    #[test]
+    fn limits_hold_per_principal_and_in_total() {
+        let reg = Arc::new(Registry::default());
+        let alice = crate::seal::digest(b"alice");
+        let bob = crate::seal::digest(b"bob");
+        let a1 = reg.insert(alice, handle(), 2, 3).unwrap();
+        let _a2 = reg.insert(alice, handle(), 2, 3).unwrap();
+        assert_eq!(
+            reg.insert(alice, handle(), 2, 3).unwrap_err(),
+            Full::Principal
+        );
+        let _b1 = reg.insert(bob, handle(), 2, 3).unwrap();
+        assert_eq!(reg.insert(bob, handle(), 2, 3).unwrap_err(), Full::Total);
+        assert!(reg.get(&a1.id).is_some());
+        let id = a1.id;
+        drop(a1);
+        assert!(reg.get(&id).is_none());
+        assert_eq!(reg.len(), 2);
+        reg.insert(alice, handle(), 2, 3).unwrap();
+    }
+}

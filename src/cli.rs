@@ -1,0 +1,167 @@
+//! The command line: `serve`, `check`, `keygen`, `demo`, and the built-in legacy server that
+//! `demo` runs as its backend.
+
+use crate::app;
+use crate::config::{Config, LogFormat};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit status for a bad config or bad usage (EX_USAGE).
+pub const EXIT_CONFIG: u8 = 64;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mrtr-gateway",
+    version,
+    about = "Serve legacy MCP servers to MCP 2026-07-28 clients"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a config and print the resolved settings.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print a fresh requestState key for [state] keys.
+    Keygen {
+        #[arg(long, default_value = "k1")]
+        id: String,
+    },
+    /// Run the gateway on 127.0.0.1:8080 in front of the built-in legacy server.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+    },
+    /// The built-in legacy MCP server (stdio), as `demo` runs it.
+    #[command(hide = true)]
+    LegacyServer(crate::legacy_server::Options),
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Check { config } => match Config::load(&config) {
+            Ok(c) => {
+                print!("{}", c.describe());
+                println!("config OK");
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&e),
+        },
+        Command::Keygen { id } => match crate::seal::Key::generate(&id) {
+            Ok((_, secret)) => {
+                println!("[state]\nkeys = [{{ id = \"{id}\", secret = \"{secret}\" }}]");
+                println!(
+                    "# or in the environment: {}={id}:{secret}",
+                    crate::config::KEYS_ENV
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mrtr-gateway: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Command::Serve { config } => match Config::load(&config) {
+            Ok(c) => serve(c, false),
+            Err(e) => config_error(&e),
+        },
+        Command::Demo { listen } => match demo_config(&listen) {
+            Ok(c) => serve(c, true),
+            Err(e) => config_error(&e),
+        },
+        Command::LegacyServer(opts) => {
+            app::init_tracing(LogFormat::Text, "warn");
+            let rt = runtime();
+            let outcome = rt.block_on(crate::legacy_server::run_stdio(opts));
+            // A blocking stdin read may still be pending; do not wait for it.
+            rt.shutdown_timeout(std::time::Duration::from_millis(100));
+            match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("legacy server: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn config_error(e: &crate::config::ConfigError) -> ExitCode {
+    eprintln!("mrtr-gateway: config error: {e}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn serve(config: Config, demo: bool) -> ExitCode {
+    app::init_tracing(config.log.format, &config.log.level);
+    let rt = runtime();
+    rt.block_on(async move {
+        let running = match app::start(config).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("mrtr-gateway: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for url in running.urls() {
+            println!("mrtr-gateway listening on {url}");
+        }
+        if demo {
+            println!("{}", demo_help(&running.urls()[0]));
+        }
+        running.until_signal().await;
+        ExitCode::SUCCESS
+    })
+}
+
+/// The demo: the built-in legacy server, started from this same binary.
+fn demo_config(listen: &str) -> Result<Config, crate::config::ConfigError> {
+    let exe = std::env::current_exe().map_err(|e| crate::config::ConfigError {
+        field: "demo".into(),
+        reason: format!("cannot find this executable: {e}"),
+    })?;
+    let text = format!(
+        "[server]\nlisten = {listen:?}\n\n[state]\npark_ttl = \"5m\"\n\n[roots]\nstatic = [{{ uri = \"file:///tmp/demo\", name = \"demo\" }}]\n\n[[backend]]\nname = \"demo\"\ncommand = {exe:?}\nargs = [\"legacy-server\"]\n",
+        exe = exe.display().to_string()
+    );
+    Config::parse(
+        &text,
+        std::env::var(crate::config::KEYS_ENV).ok().as_deref(),
+    )
+}
+
+fn demo_help(url: &str) -> String {
+    format!(
+        r#"
+Built-in legacy server tools: echo, ask_form, ask_url, sample, list_roots, all_three, pair, url_required.
+Try one elicitation round trip:
+
+  curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: ask_form' \
+    -d '{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ask_form","arguments":{{}},
+         "_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities":{{"elicitation":{{}}}}}}}}}}'
+
+Then send the same request again with id 2, adding to params:
+  "inputResponses": {{"elicitation-1": {{"action":"accept","content":{{"name":"Ada"}}}}}},
+  "requestState": "<requestState from the first answer>"
+Stop with Ctrl-C."#
+    )
+}

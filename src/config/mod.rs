@@ -1,0 +1,544 @@
+//! Configuration: the TOML file (`raw`) checked once into a [`Config`] with every default filled
+//! in and every value in range. Code past this point never sees a loose option.
+
+pub mod raw;
+
+use crate::seal::{Key, KeyRing};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Environment variable that overrides `state.keys`: `id:secret[,id:secret...]`, first seals.
+pub const KEYS_ENV: &str = "MRTR_STATE_KEYS";
+
+/// A config that failed validation; `field` names the offending setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    pub field: String,
+    pub reason: String,
+}
+
+fn bad(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: Server,
+    pub principal: PrincipalSource,
+    pub state: State,
+    pub limits: Limits,
+    pub static_roots: Vec<serde_json::Value>,
+    pub cache: Cache,
+    pub log: Log,
+    pub backends: Vec<Backend>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,
+    /// Exact `Origin` values allowed; empty means loopback origins only; `*` allows any.
+    pub allowed_origins: Vec<String>,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+/// Where the principal (the party a parked call belongs to) comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrincipalSource {
+    /// Digest of the `Authorization` header (absent header: the anonymous principal).
+    Authorization,
+    /// Digest of a named header set by a trusted front proxy.
+    Header(http::HeaderName),
+    /// Everyone is the same principal.
+    Anonymous,
+}
+
+#[derive(Debug, Clone)]
+pub struct State {
+    pub keys: Arc<KeyRing>,
+    /// True when no key was configured and an ephemeral one was made.
+    pub ephemeral: bool,
+    pub park_ttl: Duration,
+    pub coalesce_window: Duration,
+    pub owner: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_json_depth: usize,
+    pub max_line_bytes: usize,
+    pub max_parked_per_principal: usize,
+    pub max_parked_total: usize,
+    pub queue_wait: Duration,
+    pub request_timeout: Duration,
+    pub held_roots_wait: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Cache {
+    pub ttl_ms: u64,
+    pub scope: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct Log {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub name: String,
+    pub path: String,
+    pub transport: Transport,
+    pub pool_max: usize,
+    pub idle_timeout: Duration,
+    /// The version asked for in `initialize`; the server may answer an older one.
+    pub protocol_version: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub enum Transport {
+    Stdio(Stdio),
+    /// The built-in legacy server, run inside this process over in-memory pipes.
+    Builtin(crate::legacy_server::Options),
+}
+
+#[derive(Debug, Clone)]
+pub struct Stdio {
+    pub command: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
+        Config::parse(&text, std::env::var(KEYS_ENV).ok().as_deref())
+    }
+
+    /// Parses and validates config text; `env_keys` is the value of [`KEYS_ENV`], if set.
+    pub fn parse(text: &str, env_keys: Option<&str>) -> Result<Config, ConfigError> {
+        let raw: raw::Raw = toml::from_str(text).map_err(|e| {
+            let msg = e.message().to_owned();
+            bad("config", msg)
+        })?;
+        Config::from_raw(raw, env_keys)
+    }
+
+    pub fn from_raw(raw: raw::Raw, env_keys: Option<&str>) -> Result<Config, ConfigError> {
+        let listen = raw.server.listen.as_deref().unwrap_or("127.0.0.1:8080");
+        let listen: SocketAddr = listen.parse().map_err(|_| {
+            bad(
+                "server.listen",
+                format!("`{listen}` is not an address like 127.0.0.1:8080"),
+            )
+        })?;
+        let default_path = raw.server.path.clone().unwrap_or_else(|| "/mcp".into());
+        check_path("server.path", &default_path)?;
+        let server = Server {
+            listen,
+            allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
+            max_connections: positive("server.max_connections", raw.server.max_connections, 1024)?,
+            shutdown_grace: raw.server.shutdown_grace.unwrap_or(Duration::from_secs(10)),
+        };
+
+        let principal = match raw.principal.source.as_deref().unwrap_or("authorization") {
+            "authorization" => PrincipalSource::Authorization,
+            "anonymous" => PrincipalSource::Anonymous,
+            "header" => {
+                let name =
+                    raw.principal.header.as_deref().ok_or_else(|| {
+                        bad("principal.header", "required when source = \"header\"")
+                    })?;
+                PrincipalSource::Header(http::HeaderName::from_bytes(name.as_bytes()).map_err(
+                    |_| bad("principal.header", format!("`{name}` is not a header name")),
+                )?)
+            }
+            other => {
+                return Err(bad(
+                    "principal.source",
+                    format!("`{other}`: expected \"authorization\", \"header\" or \"anonymous\""),
+                ));
+            }
+        };
+
+        let (keys, ephemeral) = key_ring(&raw.state.keys, env_keys)?;
+        let state = State {
+            keys: Arc::new(keys),
+            ephemeral,
+            park_ttl: duration_in(
+                "state.park_ttl",
+                raw.state.park_ttl,
+                Duration::from_secs(120),
+                Duration::from_secs(1),
+                Duration::from_secs(86_400),
+            )?,
+            coalesce_window: duration_in(
+                "state.coalesce_window",
+                raw.state.coalesce_window,
+                Duration::from_millis(10),
+                Duration::ZERO,
+                Duration::from_secs(5),
+            )?,
+            owner: raw.state.owner.unwrap_or_else(|| "local".into()),
+        };
+
+        let limits = Limits {
+            max_body_bytes: positive("limits.max_body_bytes", raw.limits.max_body_bytes, 1 << 20)?,
+            max_json_depth: positive("limits.max_json_depth", raw.limits.max_json_depth, 64)?,
+            max_line_bytes: positive("limits.max_line_bytes", raw.limits.max_line_bytes, 4 << 20)?,
+            max_parked_per_principal: positive(
+                "limits.max_parked_per_principal",
+                raw.limits.max_parked_per_principal,
+                64,
+            )?,
+            max_parked_total: positive(
+                "limits.max_parked_total",
+                raw.limits.max_parked_total,
+                10_000,
+            )?,
+            queue_wait: duration_in(
+                "limits.queue_wait",
+                raw.limits.queue_wait,
+                Duration::from_secs(5),
+                Duration::ZERO,
+                Duration::from_secs(600),
+            )?,
+            request_timeout: duration_in(
+                "limits.request_timeout",
+                raw.limits.request_timeout,
+                Duration::from_secs(60),
+                Duration::from_millis(10),
+                Duration::from_secs(3600),
+            )?,
+            held_roots_wait: duration_in(
+                "limits.held_roots_wait",
+                raw.limits.held_roots_wait,
+                Duration::from_secs(30),
+                Duration::ZERO,
+                Duration::from_secs(3600),
+            )?,
+        };
+        if limits.max_json_depth > 1000 {
+            return Err(bad("limits.max_json_depth", "at most 1000"));
+        }
+
+        let mut static_roots = Vec::new();
+        for (i, root) in raw.roots.fixed.iter().enumerate() {
+            if !root.uri.starts_with("file://") {
+                return Err(bad(
+                    format!("roots.static[{i}].uri"),
+                    "roots must be file:// URIs",
+                ));
+            }
+            let mut v = serde_json::json!({"uri": root.uri});
+            if let Some(name) = &root.name {
+                v["name"] = serde_json::json!(name);
+            }
+            static_roots.push(v);
+        }
+
+        let cache = Cache {
+            ttl_ms: u64::try_from(raw.cache.ttl.unwrap_or(Duration::ZERO).as_millis())
+                .map_err(|_| bad("cache.ttl", "too large"))?,
+            scope: match raw.cache.scope.as_deref().unwrap_or("private") {
+                "private" => "private",
+                "public" => "public",
+                other => {
+                    return Err(bad(
+                        "cache.scope",
+                        format!("`{other}`: expected \"private\" or \"public\""),
+                    ));
+                }
+            },
+        };
+
+        let log = Log {
+            format: match raw.log.format.as_deref().unwrap_or("text") {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                other => {
+                    return Err(bad(
+                        "log.format",
+                        format!("`{other}`: expected \"text\" or \"json\""),
+                    ));
+                }
+            },
+            level: raw.log.level.unwrap_or_else(|| "info".into()),
+        };
+
+        if raw.backends.is_empty() {
+            return Err(bad("backend", "at least one [[backend]] is required"));
+        }
+        let single = raw.backends.len() == 1;
+        let mut backends: Vec<Backend> = Vec::new();
+        for (i, b) in raw.backends.into_iter().enumerate() {
+            let field = |f: &str| format!("backend[{i}].{f}");
+            if b.name.is_empty()
+                || !b
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(bad(field("name"), "use letters, digits, `-` and `_`"));
+            }
+            let path = match (b.path, single) {
+                (Some(p), _) => p,
+                (None, true) => default_path.clone(),
+                (None, false) => {
+                    return Err(bad(
+                        field("path"),
+                        "required when there is more than one backend",
+                    ));
+                }
+            };
+            check_path(&field("path"), &path)?;
+            if backends.iter().any(|o| o.path == path) {
+                return Err(bad(
+                    field("path"),
+                    format!("`{path}` is used by another backend"),
+                ));
+            }
+            if backends.iter().any(|o| o.name == b.name) {
+                return Err(bad(
+                    field("name"),
+                    format!("`{}` is used by another backend", b.name),
+                ));
+            }
+            let transport = match b.kind.as_deref().unwrap_or("stdio") {
+                "stdio" => Transport::Stdio(Stdio {
+                    command: b
+                        .command
+                        .filter(|c| !c.is_empty())
+                        .map(PathBuf::from)
+                        .ok_or_else(|| bad(field("command"), "required for a stdio backend"))?,
+                    args: b.args,
+                    env: b.env,
+                    cwd: b.cwd,
+                }),
+                "builtin" => Transport::Builtin(crate::legacy_server::Options {
+                    protocol: b.builtin_protocol,
+                    roots_on_init: b.builtin_roots_on_init,
+                    ..Default::default()
+                }),
+                other => {
+                    return Err(bad(
+                        field("kind"),
+                        format!("`{other}`: expected \"stdio\" or \"builtin\""),
+                    ));
+                }
+            };
+            let protocol_version = match b.protocol_version.as_deref() {
+                None => crate::protocol::LEGACY[0],
+                Some(v) => crate::protocol::LEGACY
+                    .iter()
+                    .copied()
+                    .find(|l| *l == v)
+                    .ok_or_else(|| {
+                        bad(
+                            field("protocol_version"),
+                            format!("`{v}`: expected one of {:?}", crate::protocol::LEGACY),
+                        )
+                    })?,
+            };
+            backends.push(Backend {
+                name: b.name,
+                path,
+                transport,
+                pool_max: positive(&field("pool_max"), b.pool_max, 16)?,
+                idle_timeout: b.idle_timeout.unwrap_or(Duration::from_secs(300)),
+                protocol_version,
+            });
+        }
+
+        Ok(Config {
+            server,
+            principal,
+            state,
+            limits,
+            static_roots,
+            cache,
+            log,
+            backends,
+        })
+    }
+
+    /// The resolved settings, for `check`; secrets are never printed.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "listen            {}", self.server.listen);
+        let _ = writeln!(
+            s,
+            "allowed origins   {}",
+            if self.server.allowed_origins.is_empty() {
+                "loopback only".to_owned()
+            } else {
+                self.server.allowed_origins.join(", ")
+            }
+        );
+        let _ = writeln!(s, "principal         {:?}", self.principal);
+        let _ = writeln!(
+            s,
+            "sealing key       {}{}",
+            self.state.keys.sealing_key_id(),
+            if self.state.ephemeral {
+                " (ephemeral: retries fail after a restart)"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(s, "park ttl          {:?}", self.state.park_ttl);
+        let _ = writeln!(s, "coalesce window   {:?}", self.state.coalesce_window);
+        let _ = writeln!(s, "limits            {:?}", self.limits);
+        let _ = writeln!(s, "static roots      {}", self.static_roots.len());
+        let _ = writeln!(
+            s,
+            "cache             ttlMs={} scope={}",
+            self.cache.ttl_ms, self.cache.scope
+        );
+        for b in &self.backends {
+            let target = match &b.transport {
+                Transport::Stdio(t) => {
+                    format!("stdio {} {}", t.command.display(), t.args.join(" "))
+                }
+                Transport::Builtin(_) => "built-in legacy server".to_owned(),
+            };
+            let _ = writeln!(
+                s,
+                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {})",
+                b.name, b.path, b.pool_max, b.idle_timeout, b.protocol_version
+            );
+        }
+        s
+    }
+}
+
+fn check_path(field: &str, path: &str) -> Result<(), ConfigError> {
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        return Err(bad(
+            field,
+            format!("`{path}` must start with `/` and hold no spaces"),
+        ));
+    }
+    Ok(())
+}
+
+fn positive(field: &str, value: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(0) => Err(bad(field, "must be greater than 0")),
+        Some(v) => Ok(v),
+    }
+}
+
+fn duration_in(
+    field: &str,
+    value: Option<Duration>,
+    default: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(bad(field, format!("must be between {min:?} and {max:?}")));
+    }
+    Ok(v)
+}
+
+fn key_ring(
+    entries: &[raw::KeyEntry],
+    env_keys: Option<&str>,
+) -> Result<(KeyRing, bool), ConfigError> {
+    let mut keys = Vec::new();
+    match env_keys.filter(|s| !s.trim().is_empty()) {
+        Some(list) => {
+            for item in list.split(',') {
+                let (id, secret) = item
+                    .trim()
+                    .split_once(':')
+                    .ok_or_else(|| bad(KEYS_ENV, "expected id:secret[,id:secret...]"))?;
+                keys.push(Key::from_base64(id, secret).map_err(|e| bad(KEYS_ENV, e.to_string()))?);
+            }
+        }
+        None => {
+            for (i, k) in entries.iter().enumerate() {
+                keys.push(
+                    Key::from_base64(&k.id, &k.secret)
+                        .map_err(|e| bad(format!("state.keys[{i}]"), e.to_string()))?,
+                );
+            }
+        }
+    }
+    if keys.is_empty() {
+        return Ok((KeyRing::ephemeral(), true));
+    }
+    KeyRing::new(keys)
+        .map(|r| (r, false))
+        .map_err(|e| bad("state.keys", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[[backend]]\nname = \"b\"\ncommand = \"server\"\n";
+
+    #[test]
+    fn a_minimal_config_gets_safe_defaults() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.backends[0].path, "/mcp");
+        assert_eq!(c.limits.max_body_bytes, 1 << 20);
+        assert!(c.state.ephemeral);
+        assert_eq!(c.principal, PrincipalSource::Authorization);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            ("[server]\nlisten = \"nope\"\n", "server.listen"),
+            ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
+            ("[principal]\nsource = \"header\"\n", "principal.header"),
+            ("[state]\npark_ttl = \"0s\"\n", "state.park_ttl"),
+            (
+                "[state]\nkeys = [{ id = \"k\", secret = \"short\" }]\n",
+                "state.keys[0]",
+            ),
+        ];
+        for (text, field) in cases {
+            let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
+            assert_eq!(err.field, field, "{text}: {err}");
+        }
+        let err = Config::parse("", None).unwrap_err();
+        assert_eq!(err.field, "backend");
+        let err = Config::parse("[server]\nlisten2 = 1\n", None).unwrap_err();
+        assert!(err.reason.contains("listen2"), "{err}");
+    }
+
+    #[test]
+    fn environment_keys_override_the_file() {
+        let (_, secret) = Key::generate("envk").unwrap();
+        let c = Config::parse(MINIMAL, Some(&format!("envk:{secret}"))).unwrap();
+        assert!(!c.state.ephemeral);
+        assert_eq!(c.state.keys.sealing_key_id(), "envk");
+    }
+}

@@ -1,0 +1,440 @@
+//! The modern face: MCP 2026-07-28 over Streamable HTTP. POST only; each body is one JSON-RPC
+//! request, checked here (size, depth, shape, headers against body, `_meta`, version, Origin)
+//! before it becomes a [`bridge::Request`]. Replies go out as one JSON object, or as an SSE
+//! stream when notifications come before the result. Dropping the response stream (the client
+//! closed it) drops the reply receiver, which cancels the call.
+
+use crate::bridge::{self, Bridge, Reply};
+use crate::config::PrincipalSource;
+use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message};
+use crate::protocol::meta::RequestMeta;
+use crate::protocol::{self, MODERN};
+use crate::seal::{self, Digest};
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tracing::Instrument;
+
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// A refusal: the HTTP status and the JSON-RPC error that explains it.
+struct Refusal {
+    status: StatusCode,
+    id: Option<Id>,
+    error: ErrorObject,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, id: Option<&Id>, code: i64, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            id: id.cloned(),
+            error: ErrorObject::new(code, message),
+        }
+    }
+}
+
+/// Serves one HTTP request.
+pub async fn serve(bridge: Arc<Bridge>, req: hyper::Request<Incoming>) -> hyper::Response<Body> {
+    match handle(bridge, req).await {
+        Ok(resp) => resp,
+        Err(r) => json_response(r.status, &jsonrpc::response(r.id.as_ref(), Err(r.error))),
+    }
+}
+
+async fn handle(
+    bridge: Arc<Bridge>,
+    req: hyper::Request<Incoming>,
+) -> Result<hyper::Response<Body>, Refusal> {
+    let Some(backend) = bridge.route(req.uri().path()) else {
+        return Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            None,
+            jsonrpc::METHOD_NOT_FOUND,
+            "no MCP endpoint at this path",
+        ));
+    };
+    if req.method() != Method::POST {
+        let mut resp = json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &jsonrpc::response(
+                None,
+                Err(ErrorObject::new(
+                    jsonrpc::INVALID_REQUEST,
+                    "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
+                )),
+            ),
+        );
+        resp.headers_mut()
+            .insert(header::ALLOW, http::HeaderValue::from_static("POST"));
+        return Ok(resp);
+    }
+    check_origin(&bridge.config.server.allowed_origins, req.headers())?;
+    let limits = &bridge.config.limits;
+    let too_large = || {
+        Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            jsonrpc::INVALID_REQUEST,
+            format!("request body over {} bytes", limits.max_body_bytes),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > limits.max_body_bytes as u64
+    {
+        return Err(too_large());
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match Limited::new(body, limits.max_body_bytes).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return Err(too_large());
+        }
+        Err(e) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                None,
+                jsonrpc::PARSE_ERROR,
+                format!("could not read the body: {e}"),
+            ));
+        }
+    };
+    let message = jsonrpc::parse(&bytes, limits.max_json_depth).map_err(|e| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        id: None,
+        error: e.to_error(),
+    })?;
+    let (id, method, params) = match message {
+        Message::Request { id, method, params } => (id, method, params),
+        Message::Notification { .. } => {
+            // 2026-07-28 defines no client notifications over HTTP; accepting them is harmless.
+            return Ok(hyper::Response::builder()
+                .status(StatusCode::ACCEPTED)
+                .body(empty())
+                .expect("valid response"));
+        }
+        Message::Response { id, .. } => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                Some(&id),
+                jsonrpc::INVALID_REQUEST,
+                "clients must not send responses to a 2026-07-28 server",
+            ));
+        }
+    };
+    let params = match params {
+        None => serde_json::Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                Some(&id),
+                INVALID_PARAMS,
+                "params must be an object",
+            ));
+        }
+    };
+    let params_value = Value::Object(params);
+    let meta = check_request(&parts.headers, &id, &method, &params_value)?;
+    let Value::Object(params) = params_value else {
+        unreachable!("built as an object")
+    };
+    let principal = principal(&bridge.config.principal, &parts.headers);
+    let span = tracing::info_span!("request", %method, %id);
+    let rx = bridge.handle(
+        backend,
+        bridge::Request {
+            method,
+            params,
+            meta,
+            principal,
+        },
+    );
+    Ok(reply(id, rx).instrument(span).await)
+}
+
+/// Header and `_meta` checks, in the order the spec's error codes imply.
+fn check_request(
+    headers: &HeaderMap,
+    id: &Id,
+    method: &str,
+    params: &Value,
+) -> Result<RequestMeta, Refusal> {
+    let mismatch =
+        |msg: String| Refusal::new(StatusCode::BAD_REQUEST, Some(id), HEADER_MISMATCH, msg);
+    let header_version = header_str(headers, "mcp-protocol-version")
+        .map_err(&mismatch)?
+        .ok_or_else(|| mismatch("MCP-Protocol-Version header is required".into()))?;
+    let header_method = header_str(headers, "mcp-method")
+        .map_err(&mismatch)?
+        .ok_or_else(|| mismatch("Mcp-Method header is required".into()))?;
+    if header_method != method {
+        return Err(mismatch(format!(
+            "Mcp-Method header `{header_method}` does not match body method `{method}`"
+        )));
+    }
+    let meta = RequestMeta::from_params(Some(params)).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            INVALID_PARAMS,
+            e.to_string(),
+        )
+    })?;
+    if header_version != meta.protocol_version {
+        return Err(mismatch(format!(
+            "MCP-Protocol-Version header `{header_version}` does not match _meta version `{}`",
+            meta.protocol_version
+        )));
+    }
+    if meta.protocol_version != MODERN {
+        return Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            id: Some(id.clone()),
+            error: ErrorObject::new(
+                jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+                format!(
+                    "protocol version `{}` is not supported",
+                    meta.protocol_version
+                ),
+            )
+            .with_data(json!({"supported": [MODERN], "requested": meta.protocol_version})),
+        });
+    }
+    if protocol::is_mrtr_method(method) {
+        let field = if method == "resources/read" {
+            "uri"
+        } else {
+            "name"
+        };
+        let body_name = params.get(field).and_then(Value::as_str).ok_or_else(|| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                Some(id),
+                INVALID_PARAMS,
+                format!("params.{field} is required"),
+            )
+        })?;
+        let raw = header_str(headers, "mcp-name")
+            .map_err(&mismatch)?
+            .ok_or_else(|| mismatch("Mcp-Name header is required".into()))?;
+        let name = decode_header_value(&raw).ok_or_else(|| {
+            mismatch("Mcp-Name header has a malformed =?base64?...?= value".into())
+        })?;
+        if name != body_name {
+            return Err(mismatch(format!(
+                "Mcp-Name header does not match params.{field}"
+            )));
+        }
+    }
+    let known = method == "server/discover"
+        || protocol::is_forwarded_method(method)
+        || protocol::is_mrtr_method(method);
+    if !known {
+        return Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("method `{method}` is not available"),
+        ));
+    }
+    Ok(meta)
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Result<Option<String>, String> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.to_owned()))
+            .map_err(|_| format!("{name} header has invalid characters")),
+    }
+}
+
+/// Decodes the `=?base64?...?=` form used for values that are not plain ASCII.
+fn decode_header_value(raw: &str) -> Option<String> {
+    match raw
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(raw.to_owned()),
+    }
+}
+
+fn check_origin(allowed: &[String], headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or_default();
+    let ok = if allowed.is_empty() {
+        is_loopback_origin(origin)
+    } else {
+        allowed.iter().any(|a| a == "*" || a == origin)
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            None,
+            jsonrpc::INVALID_REQUEST,
+            "Origin not allowed",
+        ))
+    }
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = if rest.starts_with('[') {
+        rest.split(']').next().map(|h| &h[1..])
+    } else {
+        rest.split(':').next()
+    };
+    matches!(host, Some("localhost" | "127.0.0.1" | "::1"))
+}
+
+/// The principal a request acts for, as a digest (raw credentials are never kept).
+pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Digest {
+    let value = match source {
+        PrincipalSource::Authorization => headers.get(header::AUTHORIZATION),
+        PrincipalSource::Header(name) => headers.get(name),
+        PrincipalSource::Anonymous => None,
+    };
+    match value {
+        Some(v) => {
+            let mut bytes = b"principal\0".to_vec();
+            bytes.extend_from_slice(v.as_bytes());
+            seal::digest(&bytes)
+        }
+        None => seal::digest(b"anonymous"),
+    }
+}
+
+/// Waits for the first reply: a result goes out as JSON; a notification first opens SSE.
+async fn reply(id: Id, mut rx: tokio::sync::mpsc::Receiver<Reply>) -> hyper::Response<Body> {
+    match rx.recv().await {
+        Some(Reply::Done(outcome)) => {
+            json_response(StatusCode::OK, &jsonrpc::response(Some(&id), outcome))
+        }
+        None => json_response(
+            StatusCode::OK,
+            &jsonrpc::response(
+                Some(&id),
+                Err(ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    "the request ended without a result",
+                )),
+            ),
+        ),
+        Some(Reply::Notification(first)) => {
+            let stream = futures_util::stream::unfold(
+                (Some(first), Some(rx), id),
+                |(first, rx, id)| async move {
+                    if let Some(note) = first {
+                        return Some((Ok(Frame::data(sse_event(&note))), (None, rx, id)));
+                    }
+                    let mut rx = rx?;
+                    match rx.recv().await {
+                        Some(Reply::Notification(note)) => {
+                            Some((Ok(Frame::data(sse_event(&note))), (None, Some(rx), id)))
+                        }
+                        Some(Reply::Done(outcome)) => Some((
+                            Ok(Frame::data(sse_event(&jsonrpc::response(
+                                Some(&id),
+                                outcome,
+                            )))),
+                            (None, None, id),
+                        )),
+                        None => None,
+                    }
+                },
+            );
+            hyper::Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header(header::CACHE_CONTROL, "no-cache")
+                .header("x-accel-buffering", "no")
+                .body(BodyExt::boxed_unsync(StreamBody::new(stream)))
+                .expect("valid response")
+        }
+    }
+}
+
+fn sse_event(msg: &Value) -> Bytes {
+    Bytes::from(crate::sse::encode("message", msg))
+}
+
+fn json_response(status: StatusCode, body: &Value) -> hyper::Response<Body> {
+    let bytes = serde_json::to_vec(body).expect("JSON values serialize");
+    hyper::Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(BodyExt::boxed_unsync(Full::new(Bytes::from(bytes))))
+        .expect("valid response")
+}
+
+fn empty() -> Body {
+    BodyExt::boxed_unsync(Full::new(Bytes::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_decode_the_base64_form() {
+        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(decode_header_value("=?base64?!!?="), None);
+    }
+
+    #[test]
+    fn only_loopback_origins_pass_by_default() {
+        assert!(is_loopback_origin("http://localhost:3000"));
+        assert!(is_loopback_origin("http://127.0.0.1"));
+        assert!(is_loopback_origin("http://[::1]:8080"));
+        assert!(!is_loopback_origin("http://localhost.evil.com"));
+        assert!(!is_loopback_origin("https://example.com"));
+    }
+
+    #[test]
+    fn principals_differ_by_credential() {
+        let mut a = HeaderMap::new();
+        a.insert(header::AUTHORIZATION, "Bearer a".parse().unwrap());
+        let mut b = HeaderMap::new();
+        b.insert(header::AUTHORIZATION, "Bearer b".parse().unwrap());
+        let src = PrincipalSource::Authorization;
+        assert_ne!(principal(&src, &a), principal(&src, &b));
+        assert_eq!(
+            principal(&src, &HeaderMap::new()),
+            principal(&PrincipalSource::Anonymous, &a)
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! The JSON-RPC 2.0 message model: ids, messages, error objects and codes, and the framing limits
+//! applied before any byte becomes a typed message.
+//!
+//! Every byte stream the gateway reads (client bodies, backend stdout lines) passes through
+//! [`parse`], so depth and size limits are enforced in one place.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::fmt;
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+/// 2026-07-28: HTTP headers do not match the body, or are missing.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: the request needs a client capability it did not declare.
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// 2026-07-28: the protocol version is not supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// 2025-11-25 and earlier: resource not found (2026-07-28 uses -32602).
+pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+/// 2025-11-25 only: URL elicitation required.
+pub const LEGACY_URL_ELICITATION_REQUIRED: i64 = -32042;
+/// Implementation range: the backend cannot take the call now (pool exhausted).
+pub const BACKEND_BUSY: i64 = -32000;
+/// Implementation range: the backend failed (died, timed out, answered garbage).
+pub const BACKEND_FAILED: i64 = -32001;
+
+/// A JSON-RPC request id. Kept as the peer sent it, so it is echoed back unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Id {
+    Number(i64),
+    String(String),
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Id::Number(n) => write!(f, "{n}"),
+            Id::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// One JSON-RPC message, classified by shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Request {
+        id: Id,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    Response {
+        id: Id,
+        outcome: Result<Value, ErrorObject>,
+    },
+}
+
+/// Why bytes did not become a message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FrameError {
+    #[error("parse error: {0}")]
+    Parse(String),
+    #[error("JSON nesting deeper than {0} levels")]
+    TooDeep(usize),
+    #[error("invalid request: {0}")]
+    Shape(String),
+    #[error("batches are not supported")]
+    Batch,
+}
+
+impl FrameError {
+    pub fn code(&self) -> i64 {
+        match self {
+            FrameError::Parse(_) | FrameError::TooDeep(_) => PARSE_ERROR,
+            FrameError::Shape(_) | FrameError::Batch => INVALID_REQUEST,
+        }
+    }
+
+    pub fn to_error(&self) -> ErrorObject {
+        ErrorObject::new(self.code(), self.to_string())
+    }
+}
+
+/// Rejects input nested deeper than `max` before serde sees it; a cheap byte scan that keeps
+/// hostile nesting from costing recursion.
+pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), FrameError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(FrameError::TooDeep(max));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Parses one message from bytes, with the nesting limit applied first.
+pub fn parse(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
+    check_depth(bytes, max_depth)?;
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| FrameError::Parse(e.to_string()))?;
+    from_value(value)
+}
+
+/// Classifies a parsed JSON value as a JSON-RPC message.
+pub fn from_value(value: Value) -> Result<Message, FrameError> {
+    let mut obj = match value {
+        Value::Object(obj) => obj,
+        Value::Array(_) => return Err(FrameError::Batch),
+        _ => return Err(FrameError::Shape("a message must be a JSON object".into())),
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(FrameError::Shape("`jsonrpc` must be \"2.0\"".into()));
+    }
+    let id = match obj.remove("id") {
+        None => None,
+        Some(Value::Null) => None,
+        Some(v) => Some(
+            serde_json::from_value::<Id>(v)
+                .map_err(|_| FrameError::Shape("`id` must be a string or an integer".into()))?,
+        ),
+    };
+    let params = obj.remove("params");
+    if let Some(p) = &params
+        && !(p.is_object() || p.is_array())
+    {
+        return Err(FrameError::Shape(
+            "`params` must be an object or array".into(),
+        ));
+    }
+    match obj.remove("method") {
+        Some(Value::String(method)) => Ok(match id {
+            Some(id) => Message::Request { id, method, params },
+            None => Message::Notification { method, params },
+        }),
+        Some(_) => Err(FrameError::Shape("`method` must be a string".into())),
+        None => {
+            let id = id.ok_or_else(|| FrameError::Shape("a response needs an `id`".into()))?;
+            let outcome = match (obj.remove("result"), obj.remove("error")) {
+                (Some(result), None) => Ok(result),
+                (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error)
+                    .map_err(|_| FrameError::Shape("malformed `error` object".into()))?),
+                _ => {
+                    return Err(FrameError::Shape(
+                        "a response needs exactly one of `result` and `error`".into(),
+                    ));
+                }
+            };
+            Ok(Message::Response { id, outcome })
+        }
+    }
+}
+
+impl Message {
+    pub fn to_value(&self) -> Value {
+        match self {
+            Message::Request { id, method, params } => {
+                let mut m = Map::new();
+                m.insert("jsonrpc".into(), json!("2.0"));
+                m.insert("id".into(), json!(id));
+                m.insert("method".into(), json!(method));
+                if let Some(p) = params {
+                    m.insert("params".into(), p.clone());
+                }
+                Value::Object(m)
+            }
+            Message::Notification { method, params } => {
+                let mut m = Map::new();
+                m.insert("jsonrpc".into(), json!("2.0"));
+                m.insert("method".into(), json!(method));
+                if let Some(p) = params {
+                    m.insert("params".into(), p.clone());
+                }
+                Value::Object(m)
+            }
+            Message::Response { id, outcome } => response(Some(id), outcome.clone()),
+        }
+    }
+}
+
+/// A response object; `id` is `None` only for errors about a message whose id is unknown.
+pub fn response(id: Option<&Id>, outcome: Result<Value, ErrorObject>) -> Value {
+    match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_requests_notifications_and_responses() {
+        let req = parse(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":{}}"#, 8).unwrap();
+        assert!(matches!(
+            req,
+            Message::Request {
+                id: Id::Number(1),
+                ..
+            }
+        ));
+        let note = parse(br#"{"jsonrpc":"2.0","method":"n"}"#, 8).unwrap();
+        assert!(matches!(note, Message::Notification { .. }));
+        let resp = parse(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#, 8).unwrap();
+        assert!(matches!(resp, Message::Response { outcome: Ok(_), .. }));
+        let err = parse(
+            br#"{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"x"}}"#,
+            8,
+        )
+        .unwrap();
+        assert!(matches!(
+            err,
+            Message::Response {
+                outcome: Err(_),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn rejects_wrong_shapes_with_invalid_request() {
+        for bad in [
+            &br#"{"id":1,"method":"m"}"#[..],
+            br#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":3}"#,
+            br#"{"jsonrpc":"2.0","id":{},"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
+            br#"{"jsonrpc":"2.0","id":1}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}}"#,
+            br#"[1]"#,
+            br#""str""#,
+        ] {
+            let err = parse(bad, 8).unwrap_err();
+            assert_eq!(
+                err.code(),
+                INVALID_REQUEST,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_a_parse_error() {
+        assert_eq!(parse(b"{nope", 8).unwrap_err().code(), PARSE_ERROR);
+    }
+
+    #[test]
+    fn nesting_beyond_the_limit_is_refused_before_parsing() {
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert_eq!(
+            check_depth(deep.as_bytes(), 64),
+            Err(FrameError::TooDeep(64))
+        );
+        assert!(check_depth(deep.as_bytes(), 100).is_ok());
+        // brackets inside strings do not count
+        assert!(check_depth(br#"{"a":"[[[[[[[[\"[[[["}"#, 2).is_ok());
+    }
+}

@@ -1,0 +1,27 @@
+//! Connections to legacy backends. Each upstream session is owned by one task (`session`), talked
+//! to through a [`Session`] handle; [`pool`] leases sessions keyed by (principal, capability set)
+//! with at most one interactive call per session.
+
+pub mod pool;
+pub mod session;
+pub mod stdio;
+
+pub use pool::{Lease, Pool, PoolKey};
+pub use session::{Call, CallEvent, Session};
+
+/// What went wrong on the upstream side.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    #[error("backend `{0}` is busy: no session became free in time")]
+    Busy(String),
+    #[error("backend `{backend}` could not be started: {reason}")]
+    Spawn { backend: String, reason: String },
+    #[error("backend `{backend}` failed to initialize: {reason}")]
+    Init { backend: String, reason: String },
+    #[error("backend `{backend}` session closed: {reason}")]
+    Closed { backend: String, reason: String },
+    #[error("backend `{0}` did not answer in time")]
+    Timeout(String),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}

@@ -1,0 +1,301 @@
+//! The session pool of one backend. Sessions are keyed by (principal, capability fingerprint), so
+//! no session carries two principals' state and each backend saw exactly the capabilities its
+//! client declared. A session runs at most one interactive call; other calls share it. Past the
+//! pool maximum, callers wait up to `queue_wait`, then get `Error::Busy`. Idle sessions close.
+
+use super::Error;
+use super::session::{Rules, Session};
+use super::stdio::{self, Start};
+use crate::config::{Backend, Limits, Transport};
+use crate::protocol::caps::Declared;
+use crate::seal::Digest;
+use serde_json::{Map, Value};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub principal: Digest,
+    pub fingerprint: u8,
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: PoolKey,
+    session: Session,
+    interactive: bool,
+    shared: usize,
+    idle_since: Instant,
+    /// Close when free instead of lending again.
+    retired: bool,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    live: Vec<Slot>,
+    starting: usize,
+}
+
+#[derive(Debug)]
+pub struct Pool {
+    backend: Backend,
+    limits: Limits,
+    rules: Rules,
+    slots: Mutex<Slots>,
+    freed: Notify,
+    shutdown: CancellationToken,
+}
+
+/// A session lent to one call; returned to the pool on drop.
+#[derive(Debug)]
+pub struct Lease {
+    pool: Arc<Pool>,
+    session: Session,
+    interactive: bool,
+    retire: bool,
+}
+
+impl Lease {
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Closes the session instead of reusing it (its state can no longer be trusted).
+    pub fn retire(&mut self) {
+        self.retire = true;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool
+            .release(self.session.id(), self.interactive, self.retire);
+    }
+}
+
+/// What the caller knows about the client, for a session that has to be started.
+#[derive(Debug, Clone)]
+pub struct Want<'a> {
+    pub key: PoolKey,
+    pub declared: Declared,
+    pub modern_caps: &'a Map<String, Value>,
+    pub client_info: Option<&'a Value>,
+    pub interactive: bool,
+}
+
+impl Pool {
+    pub fn new(
+        backend: Backend,
+        limits: Limits,
+        rules: Rules,
+        shutdown: CancellationToken,
+    ) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
+            backend,
+            limits,
+            rules,
+            slots: Mutex::new(Slots::default()),
+            freed: Notify::new(),
+            shutdown,
+        });
+        let reaper = Arc::downgrade(&pool);
+        let every = (pool.backend.idle_timeout / 4).max(std::time::Duration::from_millis(50));
+        let token = pool.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                let Some(pool) = reaper.upgrade() else { return };
+                pool.close_idle();
+            }
+        });
+        pool
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Leases a session for `want`, starting one if the pool has room.
+    pub async fn acquire(self: &Arc<Self>, want: Want<'_>) -> Result<Lease, Error> {
+        let deadline = Instant::now() + self.limits.queue_wait;
+        loop {
+            if self.shutdown.is_cancelled() {
+                return Err(Error::ShuttingDown);
+            }
+            let notified = self.freed.notified();
+            match self.try_take(&want) {
+                Taken::Lease(session) => {
+                    return Ok(Lease {
+                        pool: self.clone(),
+                        session,
+                        interactive: want.interactive,
+                        retire: false,
+                    });
+                }
+                Taken::Start => return self.start(&want).await,
+                Taken::Wait => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return Err(Error::Busy(self.backend.name.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn try_take(&self, want: &Want<'_>) -> Taken {
+        let mut slots = self.slots.lock().expect("pool lock");
+        slots
+            .live
+            .retain(|s| s.session.is_alive() || s.interactive || s.shared > 0);
+        let found = slots.live.iter_mut().find(|s| {
+            s.key == want.key
+                && !s.retired
+                && s.session.is_alive()
+                && (!want.interactive || !s.interactive)
+        });
+        if let Some(slot) = found {
+            if want.interactive {
+                slot.interactive = true;
+            } else {
+                slot.shared += 1;
+            }
+            return Taken::Lease(slot.session.clone());
+        }
+        if slots.live.len() + slots.starting < self.backend.pool_max {
+            slots.starting += 1;
+            return Taken::Start;
+        }
+        // Full: make room by closing the longest-idle session of another key.
+        let idle = slots
+            .live
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.interactive && s.shared == 0)
+            .min_by_key(|(_, s)| s.idle_since)
+            .map(|(i, _)| i);
+        if let Some(i) = idle {
+            slots.live.swap_remove(i);
+            slots.starting += 1;
+            return Taken::Start;
+        }
+        Taken::Wait
+    }
+
+    async fn start(self: &Arc<Self>, want: &Want<'_>) -> Result<Lease, Error> {
+        let start = Start {
+            backend: self.backend.name.clone(),
+            protocol_version: self.backend.protocol_version,
+            declared: want.declared,
+            modern_caps: want.modern_caps.clone(),
+            client_info: want.client_info.cloned(),
+            max_line_bytes: self.limits.max_line_bytes,
+            max_json_depth: self.limits.max_json_depth,
+            init_timeout: self.limits.request_timeout,
+            rules: self.rules.clone(),
+        };
+        let started = match &self.backend.transport {
+            Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,
+            Transport::Builtin(opts) => {
+                let (ours, theirs) = tokio::io::duplex(64 * 1024);
+                let (their_read, their_write) = tokio::io::split(theirs);
+                let server = tokio::spawn(crate::legacy_server::serve(
+                    their_read,
+                    their_write,
+                    opts.clone(),
+                ));
+                let (our_read, our_write) = tokio::io::split(ours);
+                let on_exit = async move {
+                    server.abort();
+                };
+                stdio::connect(
+                    our_read,
+                    our_write,
+                    start,
+                    self.shutdown.child_token(),
+                    on_exit,
+                )
+                .await
+            }
+        };
+        let mut slots = self.slots.lock().expect("pool lock");
+        slots.starting -= 1;
+        match started {
+            Ok(session) => {
+                slots.live.push(Slot {
+                    key: want.key,
+                    session: session.clone(),
+                    interactive: want.interactive,
+                    shared: usize::from(!want.interactive),
+                    idle_since: Instant::now(),
+                    retired: false,
+                });
+                tracing::info!(backend = %self.backend.name, session = session.id(), version = %session.info().protocol_version, "upstream session started");
+                Ok(Lease {
+                    pool: self.clone(),
+                    session,
+                    interactive: want.interactive,
+                    retire: false,
+                })
+            }
+            Err(e) => {
+                drop(slots);
+                self.freed.notify_waiters();
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&self, session: u64, interactive: bool, retire: bool) {
+        let mut slots = self.slots.lock().expect("pool lock");
+        if let Some(i) = slots.live.iter().position(|s| s.session.id() == session) {
+            let slot = &mut slots.live[i];
+            if interactive {
+                slot.interactive = false;
+            } else {
+                slot.shared = slot.shared.saturating_sub(1);
+            }
+            slot.idle_since = Instant::now();
+            slot.retired |= retire || !slot.session.is_alive();
+            if slot.retired && !slot.interactive && slot.shared == 0 {
+                // Dropping the last handle closes the session task and its child.
+                slots.live.swap_remove(i);
+            }
+        }
+        drop(slots);
+        self.freed.notify_waiters();
+    }
+
+    fn close_idle(&self) {
+        let now = Instant::now();
+        let mut slots = self.slots.lock().expect("pool lock");
+        let before = slots.live.len();
+        slots.live.retain(|s| {
+            let busy = s.interactive || s.shared > 0;
+            busy || (s.session.is_alive()
+                && !s.retired
+                && now.duration_since(s.idle_since) < self.backend.idle_timeout)
+        });
+        let closed = before - slots.live.len();
+        drop(slots);
+        if closed > 0 {
+            tracing::debug!(backend = %self.backend.name, closed, "idle upstream sessions closed");
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// Sessions now open (for tests and metrics).
+    pub fn open_sessions(&self) -> usize {
+        self.slots.lock().expect("pool lock").live.len()
+    }
+}
+
+enum Taken {
+    Lease(Session),
+    Start,
+    Wait,
+}

@@ -1,0 +1,792 @@
+//! End to end: a 2026-07-28 client over loopback HTTP, the gateway, and the built-in legacy
+//! server as a real child process. Each test drives one bridge behaviour.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn form_elicitation_round_trip_reaches_the_backend() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let first = c
+        .call_tool("ask_form", json!({"message": "Who?"}), &caps)
+        .await;
+    assert_eq!(first.status, 200);
+    let key = first.key_for("elicitation/create");
+    let ask = &first.result()["inputRequests"][&key];
+    assert_eq!(ask["params"]["message"], "Who?");
+    assert!(
+        ask.get("id").is_none() && ask.get("jsonrpc").is_none(),
+        "input requests carry no JSON-RPC envelope: {ask}"
+    );
+    assert_eq!(gw.parked(), 1);
+
+    let done = c
+        .retry_tool(
+            "ask_form",
+            json!({"message": "Who?"}),
+            &caps,
+            json!({ key: accept(json!({"name": "Ada"})) }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(
+        done.tool_json(),
+        json!({"action": "accept", "content": {"name": "Ada"}})
+    );
+    assert_eq!(gw.parked(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn url_elicitation_drops_the_legacy_elicitation_id() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {"url": {}}});
+    let first = c.call_tool("ask_url", json!({}), &caps).await;
+    let key = first.key_for("elicitation/create");
+    let params = &first.result()["inputRequests"][&key]["params"];
+    assert_eq!(params["mode"], "url");
+    assert!(params["url"].as_str().unwrap().starts_with("https://"));
+    assert!(params.get("elicitationId").is_none(), "{params}");
+    let done = c
+        .retry_tool(
+            "ask_url",
+            json!({}),
+            &caps,
+            json!({ key: {"action": "accept"} }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["action"], "accept");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn sampling_answer_reaches_the_backend() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"sampling": {}});
+    let first = c
+        .call_tool("sample", json!({"prompt": "capital of France?"}), &caps)
+        .await;
+    let key = first.key_for("sampling/createMessage");
+    let done = c
+        .retry_tool(
+            "sample",
+            json!({"prompt": "capital of France?"}),
+            &caps,
+            json!({ key: sampled("Paris") }),
+            &first.state(),
+        )
+        .await;
+    let out = done.tool_json();
+    assert_eq!(out["text"], "Paris");
+    assert_eq!(out["model"], "test-model");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn roots_answer_reaches_the_backend() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"roots": {}});
+    let first = c.call_tool("list_roots", json!({}), &caps).await;
+    let key = first.key_for("roots/list");
+    assert_eq!(
+        first.result()["inputRequests"][&key],
+        json!({"method": "roots/list"})
+    );
+    let done = c
+        .retry_tool(
+            "list_roots",
+            json!({}),
+            &caps,
+            json!({ key: roots(&["file:///work/a"]) }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["roots"], json!(["file:///work/a"]));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn all_three_kinds_in_one_call_take_three_rounds() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = caps_all();
+    let r1 = c.call_tool("all_three", json!({}), &caps).await;
+    let k1 = r1.key_for("elicitation/create");
+    let r2 = c
+        .retry_tool(
+            "all_three",
+            json!({}),
+            &caps,
+            json!({ k1: accept(json!({"name": "Grace"})) }),
+            &r1.state(),
+        )
+        .await;
+    let k2 = r2.key_for("sampling/createMessage");
+    assert_eq!(r2.input_keys().len(), 1);
+    let r3 = c
+        .retry_tool(
+            "all_three",
+            json!({}),
+            &caps,
+            json!({ k2: sampled("forty-two") }),
+            &r2.state(),
+        )
+        .await;
+    let k3 = r3.key_for("roots/list");
+    let done = c
+        .retry_tool(
+            "all_three",
+            json!({}),
+            &caps,
+            json!({ k3: roots(&["file:///x"]) }),
+            &r3.state(),
+        )
+        .await;
+    let out = done.tool_json();
+    assert_eq!(out["elicit"]["content"]["name"], "Grace");
+    assert_eq!(out["sample"]["text"], "forty-two");
+    assert_eq!(out["roots"], json!(["file:///x"]));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn two_pushes_close_together_are_one_round() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = caps_all();
+    let r1 = c.call_tool("pair", json!({}), &caps).await;
+    assert_eq!(r1.input_keys().len(), 2, "{:#}", r1.body);
+    let ke = r1.key_for("elicitation/create");
+    let ks = r1.key_for("sampling/createMessage");
+    let done = c
+        .retry_tool(
+            "pair",
+            json!({}),
+            &caps,
+            json!({ ke: accept(json!({"name": "Lin"})), ks: sampled("hi") }),
+            &r1.state(),
+        )
+        .await;
+    let out = done.tool_json();
+    assert_eq!(out["elicit"]["content"]["name"], "Lin");
+    assert_eq!(out["sample"]["text"], "hi");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn missing_input_is_asked_again() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = caps_all();
+    let r1 = c.call_tool("pair", json!({}), &caps).await;
+    let ke = r1.key_for("elicitation/create");
+    let ks = r1.key_for("sampling/createMessage");
+    // Answer only the elicitation, plus a key nobody asked for (ignored).
+    let r2 = c
+        .retry_tool(
+            "pair",
+            json!({}),
+            &caps,
+            json!({ ke.clone(): accept(json!({"name": "Bo"})), "stray": {"x": 1} }),
+            &r1.state(),
+        )
+        .await;
+    assert_eq!(
+        r2.input_keys(),
+        vec![ks.clone()],
+        "only the missing key is asked again"
+    );
+    assert_ne!(r2.state(), r1.state());
+    let done = c
+        .retry_tool(
+            "pair",
+            json!({}),
+            &caps,
+            json!({ ks: sampled("ok") }),
+            &r2.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["elicit"]["content"]["name"], "Bo");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn decline_and_cancel_reach_the_backend_as_such() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    for action in ["decline", "cancel"] {
+        let r1 = c.call_tool("ask_form", json!({}), &caps).await;
+        let key = r1.key_for("elicitation/create");
+        let done = c
+            .retry_tool(
+                "ask_form",
+                json!({}),
+                &caps,
+                json!({ key: {"action": action} }),
+                &r1.state(),
+            )
+            .await;
+        assert_eq!(done.tool_json()["action"], action);
+    }
+    let answered: Vec<_> = gw
+        .backend_received()
+        .into_iter()
+        .filter_map(|m| m["result"]["action"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(answered, vec!["decline", "cancel"]);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn url_elicitation_required_error_becomes_a_round_then_a_reissue() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {"form": {}, "url": {}}});
+    let r1 = c.call_tool("url_required", json!({}), &caps).await;
+    let key = r1.key_for("elicitation/create");
+    let params = &r1.result()["inputRequests"][&key]["params"];
+    assert_eq!(params["mode"], "url");
+    assert_eq!(params["url"], "https://example.com/connect");
+    assert!(params.get("elicitationId").is_none());
+    let done = c
+        .retry_tool(
+            "url_required",
+            json!({}),
+            &caps,
+            json!({ key: {"action": "accept"} }),
+            &r1.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json(), json!({"connected": true}));
+    let calls = gw
+        .backend_received()
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .count();
+    assert_eq!(calls, 2, "the call was issued again upstream");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn url_elicitation_required_without_the_capability_is_a_missing_capability_error() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r = c
+        .call_tool("url_required", json!({}), &json!({"elicitation": {}}))
+        .await;
+    assert_eq!(r.error_code(), -32021);
+    assert_eq!(
+        r.body["error"]["data"]["requiredCapabilities"]["elicitation"]["url"],
+        json!({})
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn fifty_parked_calls_from_five_principals_each_get_their_own_answers() {
+    let gw = Gateway::start().await;
+    let caps = json!({"elicitation": {}});
+    let mut firsts = Vec::new();
+    for p in 0..5 {
+        for n in 0..10 {
+            let c = gw.client().with_principal(&format!("user-{p}"));
+            let caps = caps.clone();
+            firsts.push(tokio::spawn(async move {
+                let msg = format!("p{p}-n{n}");
+                let r = c
+                    .call_tool("ask_form", json!({"message": msg}), &caps)
+                    .await;
+                (c, msg, r)
+            }));
+        }
+    }
+    let mut parked = Vec::new();
+    for f in firsts {
+        parked.push(f.await.expect("first round"));
+    }
+    assert_eq!(gw.parked(), 50);
+    let mut finals = Vec::new();
+    for (c, msg, r) in parked {
+        let caps = caps.clone();
+        finals.push(tokio::spawn(async move {
+            let key = r.key_for("elicitation/create");
+            assert_eq!(
+                r.result()["inputRequests"][&key]["params"]["message"],
+                msg.as_str()
+            );
+            let done = c
+                .retry_tool(
+                    "ask_form",
+                    json!({"message": msg}),
+                    &caps,
+                    json!({ key: accept(json!({"name": msg})) }),
+                    &r.state(),
+                )
+                .await;
+            (msg, done.tool_json())
+        }));
+    }
+    for f in finals {
+        let (msg, out) = f.await.expect("final round");
+        assert_eq!(out["content"]["name"], msg.as_str());
+    }
+    assert_eq!(gw.parked(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn plain_calls_pass_through_with_result_type() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r = c.call_tool("echo", json!({"text": "hi"}), &json!({})).await;
+    assert_eq!(r.tool_json(), json!({"echo": "hi"}));
+    let list = c.send(&c.body("tools/list", json!({}), &json!({}))).await;
+    let result = list.result();
+    assert_eq!(result["resultType"], "complete");
+    assert!(
+        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
+        "{result:#}"
+    );
+    assert!(
+        result["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "ask_form")
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn discover_is_synthesized_from_the_backend_initialize() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r = c
+        .send(&c.body("server/discover", json!({}), &json!({})))
+        .await;
+    let result = r.result();
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert!(result["capabilities"]["tools"].is_object());
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mrtr-legacy-demo"
+    );
+    assert!(result["instructions"].is_string());
+    assert!(result["ttlMs"].is_u64());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn progress_of_the_current_round_streams_as_sse_with_the_client_token() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let mut body = c.body(
+        "tools/call",
+        json!({"name": "progress", "arguments": {"steps": 3}}),
+        &json!({}),
+    );
+    body["params"]["_meta"]["progressToken"] = json!("tok-1");
+    let r = c.send(&body).await;
+    assert!(
+        r.content_type.starts_with("text/event-stream"),
+        "{}",
+        r.content_type
+    );
+    assert!(
+        !r.notifications.is_empty(),
+        "progress notifications came first"
+    );
+    for n in &r.notifications {
+        assert_eq!(n["method"], "notifications/progress");
+        assert_eq!(
+            n["params"]["progressToken"], "tok-1",
+            "the client's own token is restored"
+        );
+    }
+    assert_eq!(r.tool_json(), json!({"steps": 3}));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn closing_the_response_stream_cancels_the_call_upstream() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let mut body = c.body(
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 20000}}),
+        &json!({}),
+    );
+    body["params"]["_meta"]["progressToken"] = json!("p");
+    // Give up on the request after a moment: the connection closes with it.
+    let send = c.send(&body);
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), send).await;
+    gw.wait_log(10, "notifications/cancelled for the slow call", |msgs| {
+        let call = msgs
+            .iter()
+            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow");
+        call.is_some_and(|call| {
+            msgs.iter().any(|m| {
+                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"]
+            })
+        })
+    })
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_push_the_client_did_not_declare_is_refused_upstream_and_never_shown() {
+    let gw = Gateway::with(Options {
+        server_args: vec!["--ignore-capabilities".into()],
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    // Declares sampling only; the backend asks for an elicitation anyway.
+    let r = c
+        .call_tool("ask_form", json!({}), &json!({"sampling": {}}))
+        .await;
+    let result = r.result();
+    assert_eq!(
+        result["resultType"], "complete",
+        "no input request reaches the client: {result:#}"
+    );
+    assert_eq!(result["isError"], true);
+    let refused = gw.backend_received().into_iter().any(|m| {
+        m["error"]["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("does not support elicitation"))
+    });
+    assert!(
+        refused,
+        "the backend got an error answer: {:#?}",
+        gw.backend_received()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn roots_asked_outside_a_call_are_answered_from_static_roots() {
+    let gw = Gateway::with(Options {
+        server_args: vec!["--roots-on-init".into()],
+        extra: "[roots]\nstatic = [{ uri = \"file:///srv/static\", name = \"static\" }]\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    // A plain request starts the session; the backend asks for roots right after initialize.
+    c.send(&c.body("server/discover", json!({}), &json!({"roots": {}})))
+        .await
+        .result();
+    gw.wait_log(10, "the post-initialize roots/list answered", |msgs| {
+        msgs.iter().any(|m| m["result"]["roots"].is_array())
+    })
+    .await;
+    let r = c
+        .call_tool("list_roots", json!({}), &json!({"roots": {}}))
+        .await;
+    // The call's own roots/list still goes to the client.
+    let key = r.key_for("roots/list");
+    let done = c
+        .retry_tool(
+            "list_roots",
+            json!({}),
+            &json!({"roots": {}}),
+            json!({ key: roots(&["file:///client"]) }),
+            &r.state(),
+        )
+        .await;
+    let out = done.tool_json();
+    assert_eq!(out["roots"], json!(["file:///client"]));
+    assert_eq!(
+        out["cachedRoots"],
+        json!(["file:///srv/static"]),
+        "the post-initialize request got the static roots"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn roots_asked_outside_a_call_without_static_roots_join_the_next_calls_first_round() {
+    let gw = Gateway::with(Options {
+        server_args: vec!["--roots-on-init".into()],
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let caps = json!({"roots": {}});
+    c.send(&c.body("server/discover", json!({}), &caps))
+        .await
+        .result();
+    // Let the post-initialize roots/list reach the gateway, where it waits for a call.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let r = c.call_tool("list_roots", json!({}), &caps).await;
+    let mut answers = serde_json::Map::new();
+    // Possibly two roots requests: the held post-initialize one and the call's own.
+    let mut rounds = 0;
+    let mut reply = r;
+    loop {
+        rounds += 1;
+        assert!(rounds < 5, "too many rounds");
+        if reply.result()["resultType"] == "complete" {
+            break;
+        }
+        for k in reply.input_keys() {
+            answers.insert(k, roots(&["file:///held"]));
+        }
+        reply = c
+            .retry_tool(
+                "list_roots",
+                json!({}),
+                &caps,
+                serde_json::Value::Object(answers.clone()),
+                &reply.state(),
+            )
+            .await;
+    }
+    let out = reply.tool_json();
+    assert_eq!(out["cachedRoots"], json!(["file:///held"]), "{out:#}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_that_dies_mid_call_fails_that_call_and_is_replaced() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r = c.call_tool("crash", json!({}), &json!({})).await;
+    assert_eq!(r.error_code(), -32001);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fixture"),
+        "{:#}",
+        r.body
+    );
+    let again = c
+        .call_tool("echo", json!({"text": "still here"}), &json!({}))
+        .await;
+    assert_eq!(again.tool_json(), json!({"echo": "still here"}));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_that_dies_while_parked_fails_the_retry_clearly() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let r = c.call_tool("ask_form", json!({}), &caps).await;
+    let key = r.key_for("elicitation/create");
+    let pid = gw
+        .backend_log()
+        .into_iter()
+        .find(|e| e["msg"]["params"]["name"] == "ask_form")
+        .expect("call logged")["pid"]
+        .as_u64()
+        .expect("pid");
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let done = c
+        .retry_tool(
+            "ask_form",
+            json!({}),
+            &caps,
+            json!({ key: accept(json!({"name": "x"})) }),
+            &r.state(),
+        )
+        .await;
+    assert_eq!(done.error_code(), -32001);
+    assert!(
+        done.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed"),
+        "{:#}",
+        done.body
+    );
+    assert_eq!(gw.parked(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn past_the_pool_maximum_callers_queue_then_get_backend_busy() {
+    let gw = Gateway::with(Options {
+        extra: "[limits]\nqueue_wait = \"300ms\"\n".into(),
+        backend_extra: "pool_max = 1\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    // One parked interactive call holds the only session.
+    let held = c.call_tool("ask_form", json!({}), &caps).await;
+    assert_eq!(held.result()["resultType"], "input_required");
+    let busy = c.call_tool("ask_form", json!({}), &caps).await;
+    assert_eq!(busy.error_code(), -32000);
+    assert!(
+        busy.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("busy"),
+        "{:#}",
+        busy.body
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn sessions_are_never_shared_across_principals() {
+    let gw = Gateway::start().await;
+    let alice = gw.client().with_principal("alice");
+    let bob = gw.client().with_principal("bob");
+    let a = alice
+        .call_tool("session_info", json!({}), &json!({}))
+        .await
+        .tool_json();
+    let b = bob
+        .call_tool("session_info", json!({}), &json!({}))
+        .await
+        .tool_json();
+    let a2 = alice
+        .call_tool("session_info", json!({}), &json!({}))
+        .await
+        .tool_json();
+    assert_ne!(
+        a["pid"], b["pid"],
+        "different principals, different backend sessions"
+    );
+    assert_eq!(a["pid"], a2["pid"], "the same principal reuses its session");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_backend_sees_exactly_the_declared_capabilities() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let info = c
+        .call_tool(
+            "session_info",
+            json!({}),
+            &json!({"sampling": {}, "elicitation": {}}),
+        )
+        .await
+        .tool_json();
+    assert_eq!(info["protocolVersion"], "2025-11-25");
+    assert_eq!(
+        info["clientCapabilities"],
+        json!({"sampling": {}, "elicitation": {"form": {}}})
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_older_backend_version_is_accepted_and_gets_its_own_shapes() {
+    for version in ["2024-11-05", "2025-06-18"] {
+        let gw = Gateway::with(Options {
+            server_args: vec!["--protocol".into(), version.into()],
+            ..Default::default()
+        })
+        .await;
+        let c = gw.client();
+        let info = c
+            .call_tool("session_info", json!({}), &caps_all())
+            .await
+            .tool_json();
+        assert_eq!(info["protocolVersion"], version);
+        if version == "2025-06-18" {
+            let r = c
+                .call_tool("ask_form", json!({}), &json!({"elicitation": {}}))
+                .await;
+            let key = r.key_for("elicitation/create");
+            let done = c
+                .retry_tool(
+                    "ask_form",
+                    json!({}),
+                    &json!({"elicitation": {}}),
+                    json!({ key: accept(json!({"name": "old"})) }),
+                    &r.state(),
+                )
+                .await;
+            assert_eq!(done.tool_json()["content"]["name"], "old");
+        }
+        gw.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn prompts_and_resources_run_rounds_too_and_not_found_is_invalid_params() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let r = c
+        .send(&c.body(
+            "prompts/get",
+            json!({"name": "greet", "arguments": {"greeting": "Hi"}}),
+            &caps,
+        ))
+        .await;
+    let key = r.key_for("elicitation/create");
+    let params = json!({"name": "greet", "arguments": {"greeting": "Hi"}, "inputResponses": { key: accept(json!({"name": "Kim"})) }, "requestState": r.state()});
+    let done = c.send(&c.body("prompts/get", params, &caps)).await;
+    assert_eq!(done.result()["messages"][0]["content"]["text"], "Hi, Kim");
+
+    let r = c
+        .send(&c.body("resources/read", json!({"uri": "fixture://secret"}), &caps))
+        .await;
+    let key = r.key_for("elicitation/create");
+    let params = json!({"uri": "fixture://secret", "inputResponses": { key: accept(json!({"password": "open-sesame"})) }, "requestState": r.state()});
+    let done = c.send(&c.body("resources/read", params, &caps)).await;
+    assert_eq!(done.result()["contents"][0]["text"], "unlocked");
+    assert_eq!(
+        done.result()["ttlMs"],
+        0,
+        "results of retries are never cacheable"
+    );
+
+    let missing = c
+        .send(&c.body(
+            "resources/read",
+            json!({"uri": "fixture://nope"}),
+            &json!({}),
+        ))
+        .await;
+    assert_eq!(missing.error_code(), -32602);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn closing_the_connection_before_any_reply_cancels_the_call_upstream() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let body = c.body(
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 20000}}),
+        &json!({}),
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), c.send(&body)).await;
+    gw.wait_log(10, "notifications/cancelled for the slow call", |msgs| {
+        let call = msgs
+            .iter()
+            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow");
+        call.is_some_and(|call| {
+            msgs.iter().any(|m| {
+                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"]
+            })
+        })
+    })
+    .await;
+    gw.stop().await;
+}

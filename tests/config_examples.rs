@@ -1,0 +1,92 @@
+//! Every example in config/ parses and validates, and `check` reports bad configs clearly.
+
+use mrtr_gateway::config::Config;
+use std::process::Command;
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("config dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "expected the example configs, found {seen}");
+}
+
+#[test]
+fn check_prints_resolved_settings_and_exits_zero() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args([
+            "check",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml"),
+        ])
+        .output()
+        .expect("run check");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("listen            127.0.0.1:8080"), "{text}");
+    assert!(text.contains("config OK"));
+}
+
+#[test]
+fn check_rejects_a_bad_config_with_exit_64_and_the_field() {
+    let path = std::env::temp_dir().join(format!("mrtr-bad-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[limits]\nmax_json_depth = 0\n[[backend]]\nname = \"b\"\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run check");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("limits.max_json_depth"), "{err}");
+}
+
+#[test]
+fn keygen_prints_a_key_that_the_config_accepts() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["keygen", "--id", "k9"])
+        .output()
+        .expect("run keygen");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let toml_part: String = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = Config::parse(
+        &format!("{toml_part}\n[[backend]]\nname = \"b\"\ncommand = \"x\"\n"),
+        None,
+    )
+    .expect("keygen output parses");
+    assert!(!config.state.ephemeral);
+    assert_eq!(config.state.keys.sealing_key_id(), "k9");
+    let (_, secret) = text
+        .lines()
+        .find(|l| l.starts_with("# or"))
+        .and_then(|l| l.split_once("k9:"))
+        .expect("env form");
+    assert!(
+        Config::parse(
+            "[[backend]]\nname = \"b\"\ncommand = \"x\"\n",
+            Some(&format!("k9:{}", secret.trim()))
+        )
+        .is_ok()
+    );
+}
