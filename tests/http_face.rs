@@ -1,0 +1,309 @@
+//! The 2026-07-28 face: every validation error, over real HTTP, with status and JSON-RPC code.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use serde_json::{Value, json};
+
+fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn call_body(c: &Client, name: &str) -> Value {
+    c.body(
+        "tools/call",
+        json!({"name": name, "arguments": {"text": "x"}}),
+        &json!({}),
+    )
+}
+
+async fn post(c: &Client, body: &Value, headers: &[(&str, &str)]) -> Reply {
+    c.post_raw(
+        "POST",
+        Bytes::from(serde_json::to_vec(body).unwrap()),
+        &h(headers),
+    )
+    .await
+}
+
+fn expect(r: &Reply, status: u16, code: i64) {
+    assert_eq!(r.status, status, "{:#}", r.body);
+    assert_eq!(r.error_code(), code, "{:#}", r.body);
+}
+
+const V: (&str, &str) = ("MCP-Protocol-Version", "2026-07-28");
+const M: (&str, &str) = ("Mcp-Method", "tools/call");
+const N: (&str, &str) = ("Mcp-Name", "echo");
+
+#[tokio::test]
+async fn header_mismatches_are_400_with_header_mismatch() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let b = call_body(&c, "echo");
+    expect(&post(&c, &b, &[M, N]).await, 400, -32020);
+    expect(&post(&c, &b, &[V, N]).await, 400, -32020);
+    expect(
+        &post(&c, &b, &[V, ("Mcp-Method", "tools/list"), N]).await,
+        400,
+        -32020,
+    );
+    expect(&post(&c, &b, &[V, M]).await, 400, -32020);
+    expect(
+        &post(&c, &b, &[V, M, ("Mcp-Name", "other")]).await,
+        400,
+        -32020,
+    );
+    expect(
+        &post(&c, &b, &[("MCP-Protocol-Version", "2025-11-25"), M, N]).await,
+        400,
+        -32020,
+    );
+    let read = c.body(
+        "resources/read",
+        json!({"uri": "fixture://info"}),
+        &json!({}),
+    );
+    expect(
+        &post(
+            &c,
+            &read,
+            &[
+                V,
+                ("Mcp-Method", "resources/read"),
+                ("Mcp-Name", "fixture://other"),
+            ],
+        )
+        .await,
+        400,
+        -32020,
+    );
+    // The base64 form is decoded before comparing.
+    let ok = post(&c, &b, &[V, M, ("Mcp-Name", "=?base64?ZWNobw==?=")]).await;
+    assert_eq!(ok.tool_json(), json!({"echo": "x"}));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn missing_meta_fields_are_400_invalid_params() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let mut b = call_body(&c, "echo");
+    b["params"].as_object_mut().unwrap().remove("_meta");
+    expect(&post(&c, &b, &[V, M, N]).await, 400, -32602);
+    let mut b = call_body(&c, "echo");
+    b["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    expect(&post(&c, &b, &[V, M, N]).await, 400, -32602);
+    let mut b = call_body(&c, "echo");
+    b["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/protocolVersion");
+    expect(&post(&c, &b, &[V, M, N]).await, 400, -32602);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_unsupported_version_lists_the_supported_ones() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let mut b = call_body(&c, "echo");
+    b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let r = post(&c, &b, &[("MCP-Protocol-Version", "2099-01-01"), M, N]).await;
+    expect(&r, 400, -32022);
+    assert_eq!(
+        r.body["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2099-01-01"})
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_and_legacy_only_methods_are_404_method_not_found() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    for method in ["foo/bar", "initialize", "ping", "logging/setLevel"] {
+        let b = c.body(method, json!({}), &json!({}));
+        expect(
+            &post(&c, &b, &[V, ("Mcp-Method", method)]).await,
+            404,
+            -32601,
+        );
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn get_and_delete_are_405() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    for method in ["GET", "DELETE"] {
+        let r = c.post_raw(method, Bytes::new(), &[]).await;
+        assert_eq!(r.status, 405);
+        assert_eq!(r.headers.get("allow").unwrap(), "POST");
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn foreign_origins_are_403_and_loopback_origins_pass() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let b = call_body(&c, "echo");
+    assert_eq!(
+        post(&c, &b, &[V, M, N, ("Origin", "https://evil.example")])
+            .await
+            .status,
+        403
+    );
+    let ok = post(&c, &b, &[V, M, N, ("Origin", "http://localhost:1234")]).await;
+    assert_eq!(ok.tool_json(), json!({"echo": "x"}));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn session_headers_are_ignored_and_never_minted() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let b = call_body(&c, "echo");
+    let r = post(
+        &c,
+        &b,
+        &[V, M, N, ("Mcp-Session-Id", "abc"), ("Last-Event-ID", "7")],
+    )
+    .await;
+    assert_eq!(r.tool_json(), json!({"echo": "x"}));
+    assert!(r.headers.get("mcp-session-id").is_none());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn notifications_are_202_and_client_responses_are_invalid_requests() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r = post(
+        &c,
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}),
+        &[V],
+    )
+    .await;
+    assert_eq!(r.status, 202);
+    assert!(r.body.is_null());
+    expect(
+        &post(&c, &json!({"jsonrpc": "2.0", "id": 1, "result": {}}), &[V]).await,
+        400,
+        -32600,
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_and_misshapen_bodies_get_precise_errors() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let raw = |s: &'static str| c.post_raw("POST", Bytes::from_static(s.as_bytes()), &[]);
+    let r = raw("{nope").await;
+    expect(&r, 400, -32700);
+    for bad in [
+        r#"{"id":1,"method":"m"}"#,
+        r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":3}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":"s"}"#,
+    ] {
+        expect(&raw(bad).await, 400, -32600);
+    }
+    let deep = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"a\":{}{}}}}}",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    expect(
+        &c.post_raw("POST", Bytes::from(deep), &[]).await,
+        400,
+        -32700,
+    );
+    let big = vec![b' '; (1 << 20) + 10];
+    assert_eq!(c.post_raw("POST", Bytes::from(big), &[]).await.status, 413);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn mrtr_fields_on_the_wrong_request_are_invalid_params() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let list = c.body(
+        "tools/list",
+        json!({"inputResponses": {}, "requestState": "x"}),
+        &json!({}),
+    );
+    let r = c.send(&list).await;
+    assert_eq!(r.error_code(), -32602);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tools/list")
+    );
+    let orphan = c.body(
+        "tools/call",
+        json!({"name": "echo", "arguments": {}, "inputResponses": {}}),
+        &json!({}),
+    );
+    assert_eq!(c.send(&orphan).await.error_code(), -32602);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn answers_of_the_wrong_shape_leave_the_park_undisturbed() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    for (tool, caps, bad, good) in [
+        (
+            "ask_form",
+            json!({"elicitation": {}}),
+            json!({"action": "maybe"}),
+            accept(json!({"name": "Z"})),
+        ),
+        (
+            "list_roots",
+            json!({"roots": {}}),
+            json!({}),
+            roots(&["file:///z"]),
+        ),
+    ] {
+        let r = c.call_tool(tool, json!({}), &caps).await;
+        let key = r.input_keys()[0].clone();
+        let wrong = c
+            .retry_tool(
+                tool,
+                json!({}),
+                &caps,
+                json!({ key.clone(): bad }),
+                &r.state(),
+            )
+            .await;
+        assert_eq!(wrong.error_code(), -32602);
+        assert!(
+            wrong.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&key),
+            "{:#}",
+            wrong.body
+        );
+        assert_eq!(gw.parked(), 1);
+        let done = c
+            .retry_tool(tool, json!({}), &caps, json!({ key: good }), &r.state())
+            .await;
+        assert_eq!(done.result()["resultType"], "complete");
+    }
+    assert_eq!(gw.parked(), 0);
+    gw.stop().await;
+}
