@@ -12,7 +12,7 @@ use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
 use crate::protocol::meta::RequestMeta;
 use crate::seal::{Claims, Digest};
-use crate::upstream::{CallEvent, Lease, PoolKey, pool::Want};
+use crate::upstream::{CallEvent, Lease};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -83,19 +83,7 @@ pub(super) async fn serve(
 async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::Sender<Reply>) {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
-    let pool = bridge.pools[backend].clone();
-    let lease = pool
-        .acquire(Want {
-            key: PoolKey {
-                principal: req.principal,
-                fingerprint: declared.fingerprint(),
-            },
-            declared,
-            modern_caps: &req.meta.capabilities,
-            client_info: req.meta.client_info.as_ref(),
-            interactive,
-        })
-        .await;
+    let lease = bridge.lease(backend, &req, interactive).await;
     let lease = match lease {
         Ok(l) => l,
         Err(e) => {
@@ -123,12 +111,7 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
         principal: req.principal,
         meta: req.meta,
         // What the backend may push is bounded by both this request and what its session carries.
-        declared: Declared {
-            elicitation_form: declared.elicitation_form && session_declared.elicitation_form,
-            elicitation_url: declared.elicitation_url && session_declared.elicitation_url,
-            sampling: declared.sampling && session_declared.sampling,
-            roots: declared.roots && session_declared.roots,
-        },
+        declared: declared.intersect(&session_declared),
         lease,
         call,
         pending: BTreeMap::new(),
@@ -284,13 +267,7 @@ impl Task {
             };
             reply = resume.reply;
             self.meta = resume.meta;
-            self.declared = Declared {
-                elicitation_form: self.declared.elicitation_form
-                    && resume.declared.elicitation_form,
-                elicitation_url: self.declared.elicitation_url && resume.declared.elicitation_url,
-                sampling: self.declared.sampling && resume.declared.sampling,
-                roots: self.declared.roots && resume.declared.roots,
-            };
+            self.declared = self.declared.intersect(&resume.declared);
             if let Some(outcome) = self.outcome.take() {
                 let _ = reply
                     .send(Reply::Done(self.bridge.finish(&self.method, true, outcome)))

@@ -142,19 +142,8 @@ impl Bridge {
                 ),
             ));
         }
-        let declared = Declared::from_modern(&req.meta.capabilities);
-        let pool = &self.pools[backend];
-        let lease = pool
-            .acquire(upstream::pool::Want {
-                key: PoolKey {
-                    principal: req.principal,
-                    fingerprint: declared.fingerprint(),
-                },
-                declared,
-                modern_caps: &req.meta.capabilities,
-                client_info: req.meta.client_info.as_ref(),
-                interactive: false,
-            })
+        let lease = self
+            .lease(backend, &req, false)
             .await
             .map_err(|e| upstream_error(&e))?;
         if req.method == "server/discover" {
@@ -197,6 +186,28 @@ impl Bridge {
             }
         };
         self.finish(&req.method, false, outcome)
+    }
+
+    /// Leases a session of `backend` for this request's principal and capability set.
+    pub(crate) async fn lease(
+        &self,
+        backend: usize,
+        req: &Request,
+        interactive: bool,
+    ) -> Result<upstream::Lease, upstream::Error> {
+        let declared = Declared::from_modern(&req.meta.capabilities);
+        self.pools[backend]
+            .acquire(upstream::pool::Want {
+                key: PoolKey {
+                    principal: req.principal,
+                    fingerprint: declared.fingerprint(),
+                },
+                declared,
+                modern_caps: &req.meta.capabilities,
+                client_info: req.meta.client_info.as_ref(),
+                interactive,
+            })
+            .await
     }
 
     /// `server/discover`, built from the backend's `initialize` result.

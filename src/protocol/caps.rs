@@ -28,6 +28,16 @@ impl Declared {
         }
     }
 
+    /// What both sets declare.
+    pub fn intersect(&self, other: &Declared) -> Declared {
+        Declared {
+            elicitation_form: self.elicitation_form && other.elicitation_form,
+            elicitation_url: self.elicitation_url && other.elicitation_url,
+            sampling: self.sampling && other.sampling,
+            roots: self.roots && other.roots,
+        }
+    }
+
     /// True when a call from this client may push input requests (so it needs a session of its own).
     pub fn is_interactive(&self) -> bool {
         self.elicitation_form || self.elicitation_url || self.sampling || self.roots
