@@ -799,3 +799,24 @@ async fn closing_the_connection_before_any_reply_cancels_the_call_upstream() {
     .await;
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_abandons_parked_calls_so_backends_hear_cancel() {
+    let mut gw = Gateway::start().await;
+    let c = gw.client();
+    let r = c
+        .call_tool("ask_form", json!({}), &json!({"elicitation": {}}))
+        .await;
+    assert_eq!(r.result()["resultType"], "input_required");
+    let running = gw.running.take().expect("running");
+    tokio::time::timeout(std::time::Duration::from_secs(20), running.shutdown())
+        .await
+        .expect("shutdown finishes");
+    let got = gw.backend_received();
+    assert!(
+        got.iter().any(|m| m["result"]["action"] == "cancel"),
+        "the backend's elicitation was answered with cancel: {got:#?}"
+    );
+    assert!(got.iter().any(|m| m["method"] == "notifications/cancelled"));
+    gw.stop().await;
+}
