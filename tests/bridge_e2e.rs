@@ -429,17 +429,7 @@ async fn closing_the_response_stream_cancels_the_call_upstream() {
     // Give up on the request after a moment: the connection closes with it.
     let send = c.send(&body);
     let _ = tokio::time::timeout(std::time::Duration::from_millis(500), send).await;
-    gw.wait_log(10, "notifications/cancelled for the slow call", |msgs| {
-        let call = msgs
-            .iter()
-            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow");
-        call.is_some_and(|call| {
-            msgs.iter().any(|m| {
-                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"]
-            })
-        })
-    })
-    .await;
+    wait_slow_call_cancelled(&gw).await;
     gw.stop().await;
 }
 
@@ -786,17 +776,7 @@ async fn closing_the_connection_before_any_reply_cancels_the_call_upstream() {
         &json!({}),
     );
     let _ = tokio::time::timeout(std::time::Duration::from_millis(500), c.send(&body)).await;
-    gw.wait_log(10, "notifications/cancelled for the slow call", |msgs| {
-        let call = msgs
-            .iter()
-            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow");
-        call.is_some_and(|call| {
-            msgs.iter().any(|m| {
-                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"]
-            })
-        })
-    })
-    .await;
+    wait_slow_call_cancelled(&gw).await;
     gw.stop().await;
 }
 
@@ -819,4 +799,19 @@ async fn shutdown_abandons_parked_calls_so_backends_hear_cancel() {
     );
     assert!(got.iter().any(|m| m["method"] == "notifications/cancelled"));
     gw.stop().await;
+}
+
+/// Waits until the backend was told `notifications/cancelled` for its `slow` call.
+async fn wait_slow_call_cancelled(gw: &Gateway) {
+    gw.wait_log(10, "notifications/cancelled for the slow call", |msgs| {
+        let call = msgs
+            .iter()
+            .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow");
+        call.is_some_and(|call| {
+            msgs.iter().any(|m| {
+                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call["id"]
+            })
+        })
+    })
+    .await;
 }
