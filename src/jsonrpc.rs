@@ -152,6 +152,19 @@ pub fn parse(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
     from_value(value)
 }
 
+/// Parses what a backend sent in one HTTP body or SSE event: one message, or a batch (a JSON
+/// array, which 2025-03-26 servers may send), with the nesting limit applied first.
+pub fn parse_many(bytes: &[u8], max_depth: usize) -> Result<Vec<Message>, FrameError> {
+    check_depth(bytes, max_depth)?;
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| FrameError::Parse(e.to_string()))?;
+    match value {
+        Value::Array(items) if items.is_empty() => Err(FrameError::Shape("an empty batch".into())),
+        Value::Array(items) => items.into_iter().map(from_value).collect(),
+        single => Ok(vec![from_value(single)?]),
+    }
+}
+
 /// Classifies a parsed JSON value as a JSON-RPC message.
 pub fn from_value(value: Value) -> Result<Message, FrameError> {
     let mut obj = match value {
@@ -289,6 +302,24 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn backend_bodies_may_be_batches() {
+        let many = parse_many(
+            br#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","method":"n"}]"#,
+            8,
+        )
+        .unwrap();
+        assert_eq!(many.len(), 2);
+        assert_eq!(
+            parse_many(br#"{"jsonrpc":"2.0","method":"n"}"#, 8)
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(parse_many(b"[]", 8).is_err());
+        assert!(parse_many(b"<html>", 8).is_err());
     }
 
     #[test]

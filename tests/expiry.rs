@@ -18,6 +18,7 @@ fn request(name: &str, caps: Value) -> Request {
         meta: RequestMeta::from_params(Some(&params)).expect("meta"),
         params: params.as_object().expect("object").clone(),
         principal: mrtr_gateway::seal::digest(b"tester"),
+        authorization: None,
     }
 }
 

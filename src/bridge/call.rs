@@ -49,6 +49,10 @@ struct Task {
     declared: Declared,
     lease: Lease,
     call: crate::upstream::Call,
+    backend: usize,
+    authorization: Option<http::HeaderValue>,
+    /// The request was sent again after its first session turned out to be gone.
+    resent: bool,
     pending: BTreeMap<String, Pending>,
     next_key: u32,
     round: u32,
@@ -83,23 +87,10 @@ pub(super) async fn serve(
 async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::Sender<Reply>) {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
-    let lease = bridge.lease(backend, &req, interactive).await;
-    let lease = match lease {
-        Ok(l) => l,
+    let (lease, call) = match bridge.issue(backend, &req, interactive).await {
+        Ok(issued) => issued,
         Err(e) => {
-            let _ = reply.send(Reply::Done(Err(upstream_error(&e)))).await;
-            return;
-        }
-    };
-    let params = upstream_params(&req.params, &req.meta);
-    let call = match lease
-        .session()
-        .request(&req.method, Some(params), interactive)
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = reply.send(Reply::Done(Err(upstream_error(&e)))).await;
+            let _ = reply.send(Reply::Done(Err(e))).await;
             return;
         }
     };
@@ -114,6 +105,9 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
         declared: declared.intersect(&session_declared),
         lease,
         call,
+        backend,
+        authorization: req.authorization,
+        resent: false,
         pending: BTreeMap::new(),
         next_key: 0,
         round: 0,
@@ -320,7 +314,15 @@ impl Task {
                         }
                         return Step::Done(outcome);
                     }
-                    Some(CallEvent::Closed(reason)) => {
+                    Some(CallEvent::Unsent(reason)) if self.round == 0 && !self.resent => {
+                        // The backend's session was gone before it saw the request: once, on a new one.
+                        tracing::info!(backend = %self.lease.session().backend(), "{reason}; sending the call on a new session");
+                        self.resent = true;
+                        if let Err(e) = self.issue_again().await {
+                            return Step::Done(Err(e));
+                        }
+                    }
+                    Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
                         return Step::Done(Err(ErrorObject::new(jsonrpc::BACKEND_FAILED, format!("backend `{}` failed during the call: {reason}", self.lease.session().backend()))));
                     }
                     None => {
@@ -340,6 +342,22 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Sends the call again on a fresh session of the same backend.
+    async fn issue_again(&mut self) -> Result<(), ErrorObject> {
+        let req = Request {
+            method: self.method.clone(),
+            params: self.params.clone(),
+            meta: self.meta.clone(),
+            principal: self.principal,
+            authorization: self.authorization.clone(),
+        };
+        let interactive = Declared::from_modern(&req.meta.capabilities).is_interactive();
+        let (lease, call) = self.bridge.issue(self.backend, &req, interactive).await?;
+        self.lease = lease;
+        self.call = call;
+        Ok(())
     }
 
     /// Takes one backend request into the next round, or refuses it upstream. True if taken.
@@ -441,7 +459,7 @@ impl Task {
                 self.ask(id, &method, params).await;
             }
             Some(CallEvent::Response(outcome)) => self.outcome = Some(outcome),
-            Some(CallEvent::Closed(reason)) => {
+            Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
                 self.outcome = Some(Err(ErrorObject::new(
                     jsonrpc::BACKEND_FAILED,
                     format!(
@@ -541,7 +559,7 @@ impl Task {
                         let _ = self.lease.session().respond(id, answer).await;
                     }
                     Some(CallEvent::Notification { .. }) => {}
-                    Some(CallEvent::Response(_)) | Some(CallEvent::Closed(_)) | None => return,
+                    Some(CallEvent::Response(_) | CallEvent::Closed(_) | CallEvent::Unsent(_)) | None => return,
                 }
             }
         }

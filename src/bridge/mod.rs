@@ -35,6 +35,8 @@ pub struct Request {
     pub params: Map<String, Value>,
     pub meta: RequestMeta,
     pub principal: Digest,
+    /// The client's `Authorization` header; reaches a backend only if its policy says `pass`.
+    pub authorization: Option<http::HeaderValue>,
 }
 
 /// The one error every requestState failure gets, whatever check failed.
@@ -142,28 +144,28 @@ impl Bridge {
                 ),
             ));
         }
-        let lease = self
-            .lease(backend, &req, false)
-            .await
-            .map_err(|e| upstream_error(&e))?;
         if req.method == "server/discover" {
+            let lease = self
+                .lease(backend, &req, false)
+                .await
+                .map_err(|e| upstream_error(&e))?;
             return Ok(self.discover(lease.session().info()));
         }
-        let params = upstream_params(&req.params, &req.meta);
-        let mut call = lease
-            .session()
-            .request(&req.method, Some(params), false)
-            .await
-            .map_err(|e| upstream_error(&e))?;
+        let (mut lease, mut call) = self.issue(backend, &req, false).await?;
+        let mut resent = false;
         let outcome = tokio::time::timeout(self.config.limits.request_timeout, async {
             loop {
                 match call.events.recv().await {
                     Some(upstream::CallEvent::Response(outcome)) => return outcome,
-                    Some(upstream::CallEvent::Closed(reason)) => {
-                        return Err(ErrorObject::new(
-                            jsonrpc::BACKEND_FAILED,
-                            format!("backend `{}` failed: {reason}", lease.session().backend()),
-                        ));
+                    // The backend's session was gone before it saw the request: once, on a new one.
+                    Some(upstream::CallEvent::Unsent(_)) if !resent => {
+                        resent = true;
+                        (lease, call) = self.issue(backend, &req, false).await?;
+                    }
+                    Some(
+                        upstream::CallEvent::Closed(reason) | upstream::CallEvent::Unsent(reason),
+                    ) => {
+                        return Err(backend_failed(lease.session().backend(), &reason));
                     }
                     Some(_) => {}
                     None => {
@@ -206,8 +208,29 @@ impl Bridge {
                 modern_caps: &req.meta.capabilities,
                 client_info: req.meta.client_info.as_ref(),
                 interactive,
+                authorization: req.authorization.as_ref(),
             })
             .await
+    }
+
+    /// Leases a session and sends the request on it.
+    pub(crate) async fn issue(
+        &self,
+        backend: usize,
+        req: &Request,
+        interactive: bool,
+    ) -> Result<(upstream::Lease, upstream::Call), ErrorObject> {
+        let lease = self
+            .lease(backend, req, interactive)
+            .await
+            .map_err(|e| upstream_error(&e))?;
+        let params = upstream_params(&req.params, &req.meta);
+        let call = lease
+            .session()
+            .request(&req.method, Some(params), interactive)
+            .await
+            .map_err(|e| upstream_error(&e))?;
+        Ok((lease, call))
     }
 
     /// `server/discover`, built from the backend's `initialize` result.
@@ -310,6 +333,14 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
         p.insert("_meta".into(), Value::Object(m));
     }
     Value::Object(p)
+}
+
+/// A backend that failed while serving a request.
+pub(crate) fn backend_failed(backend: &str, reason: &str) -> ErrorObject {
+    ErrorObject::new(
+        jsonrpc::BACKEND_FAILED,
+        format!("backend `{backend}` failed: {reason}"),
+    )
 }
 
 pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {

@@ -116,6 +116,42 @@ pub enum Transport {
     Stdio(Stdio),
     /// The built-in legacy server, run inside this process over in-memory pipes.
     Builtin(crate::legacy_server::Options),
+    /// Streamable HTTP (2025-03-26 .. 2025-11-25).
+    Http(Http),
+    /// HTTP+SSE (2024-11-05): `url` is the SSE endpoint.
+    Sse(Http),
+}
+
+/// An HTTP backend (`kind = "http"` or `"sse"`).
+#[derive(Debug, Clone)]
+pub struct Http {
+    pub url: http::Uri,
+    /// Sent on every request to the backend.
+    pub headers: http::HeaderMap,
+    pub authorization: Authorization,
+    pub connect_timeout: Duration,
+}
+
+/// What reaches the backend in its `Authorization` header.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Authorization {
+    /// Nothing: the client's credential stays at the gateway (the default).
+    Drop,
+    /// The client's own header (needs `principal.source = "authorization"`, so a session never
+    /// carries two credentials).
+    Pass,
+    /// A configured credential, whatever the client sent.
+    Replace(http::HeaderValue),
+}
+
+impl std::fmt::Debug for Authorization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Authorization::Drop => "drop",
+            Authorization::Pass => "pass",
+            Authorization::Replace(_) => "replace (configured credential)",
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -300,7 +336,7 @@ impl Config {
             {
                 return Err(bad(field("name"), "use letters, digits, `-` and `_`"));
             }
-            let path = match (b.path, single) {
+            let path = match (b.path.clone(), single) {
                 (Some(p), _) => p,
                 (None, true) => default_path.clone(),
                 (None, false) => {
@@ -323,7 +359,35 @@ impl Config {
                     format!("`{}` is used by another backend", b.name),
                 ));
             }
-            let transport = match b.kind.as_deref().unwrap_or("stdio") {
+            let kind = b.kind.as_deref().unwrap_or("stdio");
+            if kind != "stdio"
+                && (b.command.is_some()
+                    || !b.args.is_empty()
+                    || !b.env.is_empty()
+                    || b.cwd.is_some())
+            {
+                return Err(bad(
+                    field("command"),
+                    format!(
+                        "`command`, `args`, `env` and `cwd` are for stdio backends, not `{kind}`"
+                    ),
+                ));
+            }
+            if !matches!(kind, "http" | "sse")
+                && (b.url.is_some()
+                    || !b.headers.is_empty()
+                    || b.authorization.is_some()
+                    || b.authorization_value.is_some()
+                    || b.connect_timeout.is_some())
+            {
+                return Err(bad(
+                    field("url"),
+                    format!(
+                        "`url`, `headers`, `authorization` and `connect_timeout` are for http and sse backends, not `{kind}`"
+                    ),
+                ));
+            }
+            let transport = match kind {
                 "stdio" => Transport::Stdio(Stdio {
                     command: b
                         .command
@@ -339,10 +403,18 @@ impl Config {
                     roots_on_init: b.builtin_roots_on_init,
                     ..Default::default()
                 }),
+                "http" | "sse" => {
+                    let http = http_backend(&field, &b, &principal)?;
+                    if kind == "http" {
+                        Transport::Http(http)
+                    } else {
+                        Transport::Sse(http)
+                    }
+                }
                 other => {
                     return Err(bad(
                         field("kind"),
-                        format!("`{other}`: expected \"stdio\" or \"builtin\""),
+                        format!("`{other}`: expected \"stdio\", \"http\", \"sse\" or \"builtin\""),
                     ));
                 }
             };
@@ -421,6 +493,10 @@ impl Config {
                     format!("stdio {} {}", t.command.display(), t.args.join(" "))
                 }
                 Transport::Builtin(_) => "built-in legacy server".to_owned(),
+                Transport::Http(h) => {
+                    format!("http {} (authorization {:?})", h.url, h.authorization)
+                }
+                Transport::Sse(h) => format!("sse {} (authorization {:?})", h.url, h.authorization),
             };
             let _ = writeln!(
                 s,
@@ -430,6 +506,111 @@ impl Config {
         }
         s
     }
+}
+
+/// Validates the settings of an `http` or `sse` backend.
+fn http_backend(
+    field: &dyn Fn(&str) -> String,
+    b: &raw::Backend,
+    principal: &PrincipalSource,
+) -> Result<Http, ConfigError> {
+    let text = b
+        .url
+        .as_deref()
+        .ok_or_else(|| bad(field("url"), "required for an http or sse backend"))?;
+    let url: http::Uri = text
+        .parse()
+        .map_err(|_| bad(field("url"), format!("`{text}` is not a URL")))?;
+    if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+        return Err(bad(
+            field("url"),
+            format!("`{text}`: expected an http:// or https:// URL with a host"),
+        ));
+    }
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in &b.headers {
+        let header = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| bad(field("headers"), format!("`{name}` is not a header name")))?;
+        if is_managed_header(&header) {
+            return Err(bad(
+                field("headers"),
+                format!("`{name}` is set by the gateway (use `authorization` for credentials)"),
+            ));
+        }
+        let value = http::HeaderValue::from_str(value).map_err(|_| {
+            bad(
+                field("headers"),
+                format!("the value of `{name}` is not a valid header value"),
+            )
+        })?;
+        headers.insert(header, value);
+    }
+    let authorization = match (
+        b.authorization.as_deref().unwrap_or("drop"),
+        &b.authorization_value,
+    ) {
+        ("drop", None) => Authorization::Drop,
+        ("pass", None) => {
+            if *principal != PrincipalSource::Authorization {
+                return Err(bad(
+                    field("authorization"),
+                    "\"pass\" needs principal.source = \"authorization\", so one upstream session never carries two credentials",
+                ));
+            }
+            Authorization::Pass
+        }
+        ("replace", Some(v)) => Authorization::Replace(
+            http::HeaderValue::from_str(v)
+                .map_err(|_| bad(field("authorization_value"), "not a valid header value"))?,
+        ),
+        ("replace", None) => {
+            return Err(bad(
+                field("authorization_value"),
+                "required when authorization = \"replace\"",
+            ));
+        }
+        ("drop" | "pass", Some(_)) => {
+            return Err(bad(
+                field("authorization_value"),
+                "only used with authorization = \"replace\"",
+            ));
+        }
+        (other, _) => {
+            return Err(bad(
+                field("authorization"),
+                format!("`{other}`: expected \"drop\", \"pass\" or \"replace\""),
+            ));
+        }
+    };
+    Ok(Http {
+        url,
+        headers,
+        authorization,
+        connect_timeout: duration_in(
+            &field("connect_timeout"),
+            b.connect_timeout,
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            Duration::from_secs(300),
+        )?,
+    })
+}
+
+/// Headers the HTTP transports set themselves.
+fn is_managed_header(name: &http::HeaderName) -> bool {
+    [
+        "authorization",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+        "content-type",
+        "accept",
+        "content-length",
+        "host",
+        "transfer-encoding",
+        "connection",
+    ]
+    .contains(&name.as_str())
 }
 
 fn check_path(field: &str, path: &str) -> Result<(), ConfigError> {
@@ -532,6 +713,64 @@ mod tests {
         assert_eq!(err.field, "backend");
         let err = Config::parse("[server]\nlisten2 = 1\n", None).unwrap_err();
         assert!(err.reason.contains("listen2"), "{err}");
+    }
+
+    #[test]
+    fn http_backends_are_checked_field_by_field() {
+        let http = |extra: &str| {
+            Config::parse(
+                &format!("[[backend]]\nname = \"h\"\nkind = \"http\"\n{extra}"),
+                None,
+            )
+        };
+        let ok =
+            http("url = \"https://mcp.internal:8443/mcp\"\nheaders = { \"X-Team\" = \"a\" }\n")
+                .unwrap();
+        let Transport::Http(h) = &ok.backends[0].transport else {
+            panic!("an http backend")
+        };
+        assert_eq!(h.authorization, Authorization::Drop);
+        assert_eq!(h.connect_timeout, Duration::from_secs(5));
+        assert_eq!(h.headers["x-team"], "a");
+        let cases = [
+            ("", "backend[0].url"),
+            ("url = \"ftp://x/y\"\n", "backend[0].url"),
+            (
+                "url = \"http://x/mcp\"\ncommand = \"srv\"\n",
+                "backend[0].command",
+            ),
+            (
+                "url = \"http://x/mcp\"\nheaders = { \"Mcp-Session-Id\" = \"s\" }\n",
+                "backend[0].headers",
+            ),
+            (
+                "url = \"http://x/mcp\"\nauthorization = \"replace\"\n",
+                "backend[0].authorization_value",
+            ),
+            (
+                "url = \"http://x/mcp\"\nauthorization = \"forward\"\n",
+                "backend[0].authorization",
+            ),
+            (
+                "url = \"http://x/mcp\"\nconnect_timeout = \"0s\"\n",
+                "backend[0].connect_timeout",
+            ),
+        ];
+        for (extra, field) in cases {
+            assert_eq!(http(extra).unwrap_err().field, field, "{extra}");
+        }
+        let err = Config::parse(
+            "[principal]\nsource = \"anonymous\"\n[[backend]]\nname = \"h\"\nkind = \"sse\"\nurl = \"http://x/sse\"\nauthorization = \"pass\"\n",
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "backend[0].authorization");
+        let err = Config::parse(
+            "[[backend]]\nname = \"s\"\ncommand = \"srv\"\nurl = \"http://x/mcp\"\n",
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "backend[0].url");
     }
 
     #[test]

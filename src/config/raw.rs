@@ -125,6 +125,14 @@ pub struct Backend {
     pub idle_timeout: Option<Duration>,
     pub protocol_version: Option<String>,
     pub path: Option<String>,
+    /// For `kind = "http"` and `"sse"`.
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub authorization: Option<String>,
+    pub authorization_value: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub connect_timeout: Option<Duration>,
     /// For `kind = "builtin"`: flags of the built-in legacy server.
     pub builtin_protocol: Option<String>,
     #[serde(default)]

@@ -161,6 +161,7 @@ async fn handle(
             params,
             meta,
             principal,
+            authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
         },
     );
     Ok(reply(id, rx).instrument(span).await)

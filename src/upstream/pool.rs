@@ -4,9 +4,9 @@
 //! pool maximum, callers wait up to `queue_wait`, then get `Error::Busy`. Idle sessions close.
 
 use super::Error;
-use super::session::{Rules, Session};
-use super::stdio::{self, Start};
-use crate::config::{Backend, Limits, Transport};
+use super::session::{Rules, Session, Start};
+use super::{http, http_sse, stdio};
+use crate::config::{Authorization, Backend, Limits, Transport};
 use crate::protocol::caps::Declared;
 use crate::seal::Digest;
 use serde_json::{Map, Value};
@@ -46,6 +46,8 @@ pub struct Pool {
     slots: Mutex<Slots>,
     freed: Notify,
     shutdown: CancellationToken,
+    /// The keep-alive HTTP client of an `http` or `sse` backend.
+    client: Option<http::Client>,
 }
 
 /// A session lent to one call; returned to the pool on drop.
@@ -83,6 +85,8 @@ pub struct Want<'a> {
     pub modern_caps: &'a Map<String, Value>,
     pub client_info: Option<&'a Value>,
     pub interactive: bool,
+    /// The client's `Authorization` header (used only by backends that pass it on).
+    pub authorization: Option<&'a ::http::HeaderValue>,
 }
 
 impl Pool {
@@ -92,7 +96,12 @@ impl Pool {
         rules: Rules,
         shutdown: CancellationToken,
     ) -> Arc<Pool> {
+        let client = match &backend.transport {
+            Transport::Http(cfg) | Transport::Sse(cfg) => Some(http::client(cfg, backend.pool_max)),
+            Transport::Stdio(_) | Transport::Builtin(_) => None,
+        };
         let pool = Arc::new(Pool {
+            client,
             backend,
             limits,
             rules,
@@ -193,10 +202,11 @@ impl Pool {
             declared: want.declared,
             modern_caps: want.modern_caps.clone(),
             client_info: want.client_info.cloned(),
-            max_line_bytes: self.limits.max_line_bytes,
+            max_message_bytes: self.limits.max_line_bytes,
             max_json_depth: self.limits.max_json_depth,
             init_timeout: self.limits.request_timeout,
             rules: self.rules.clone(),
+            authorization: want.authorization.cloned(),
         };
         let started = match &self.backend.transport {
             Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,
@@ -221,6 +231,7 @@ impl Pool {
                 )
                 .await
             }
+            Transport::Http(cfg) | Transport::Sse(cfg) => self.start_http(cfg, start).await,
         };
         let mut slots = self.slots.lock().expect("pool lock");
         slots.starting -= 1;
@@ -246,6 +257,37 @@ impl Pool {
                 drop(slots);
                 self.freed.notify_waiters();
                 Err(e)
+            }
+        }
+    }
+
+    async fn start_http(&self, cfg: &crate::config::Http, start: Start) -> Result<Session, Error> {
+        let mut headers = cfg.headers.clone();
+        let credential = match &cfg.authorization {
+            Authorization::Drop => None,
+            Authorization::Pass => start.authorization.clone(),
+            Authorization::Replace(value) => Some(value.clone()),
+        };
+        if let Some(value) = credential {
+            headers.insert(::http::header::AUTHORIZATION, value);
+        }
+        let client = self.client.clone().expect("http backends have a client");
+        let (link, rx) = http::Link::new(
+            self.backend.name.clone(),
+            client,
+            headers,
+            &start,
+            self.shutdown.child_token(),
+        );
+        let shutdown = self.shutdown.child_token();
+        match &self.backend.transport {
+            Transport::Sse(_) => {
+                let transport = http_sse::HttpSse::connect(link, rx, &cfg.url).await?;
+                super::session::open(transport, start, shutdown, async {}).await
+            }
+            _ => {
+                let transport = http::StreamableHttp::new(link, rx, cfg.url.clone());
+                super::session::open(transport, start, shutdown, async {}).await
             }
         }
     }

@@ -4,8 +4,8 @@
 //! interactive call, and requests outside any call by the rules for them (ping answered, roots
 //! from static config or held for the next call, anything else refused).
 //!
-//! The transport is two halves of JSON messages (`Outbound`, inbound stream), so stdio and later
-//! HTTP transports share this routing.
+//! The task is generic over a [`Transport`] (stdio lines, Streamable HTTP, HTTP+SSE), so every
+//! backend kind shares the handshake, the routing and the shutdown path.
 
 use super::Error;
 use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, Message};
@@ -34,6 +34,9 @@ pub enum CallEvent {
     Response(Result<Value, ErrorObject>),
     /// The session ended before the call finished.
     Closed(String),
+    /// The request never reached the backend (its session was gone): safe to send again on a
+    /// new session.
+    Unsent(String),
 }
 
 /// A call in flight on a session.
@@ -384,6 +387,19 @@ impl Router {
             .collect()
     }
 
+    /// Fails one call whose request the transport could not deliver or got no answer for.
+    pub async fn fail(&mut self, id: &Id, reason: String, resend: bool) {
+        if let Some(tx) = self.calls.get(id) {
+            let event = if resend {
+                CallEvent::Unsent(reason)
+            } else {
+                CallEvent::Closed(reason)
+            };
+            let _ = tx.send(event).await;
+        }
+        self.forget(id);
+    }
+
     /// Fails every call: the session is gone.
     pub async fn close_all(&mut self, reason: &str) {
         for (_, tx) in self.calls.drain() {
@@ -392,4 +408,214 @@ impl Router {
         self.interactive = None;
         self.progress.clear();
     }
+}
+
+/// What a transport hands the session task.
+#[derive(Debug)]
+pub(crate) enum Inbound {
+    Message(Message),
+    /// One request failed in transit; `resend` when it never reached the backend.
+    Failed {
+        id: Id,
+        reason: String,
+        resend: bool,
+    },
+    /// The connection or the backend's session is over.
+    Ended(String),
+}
+
+/// A connection to one legacy session: stdio lines, Streamable HTTP, or HTTP+SSE.
+pub(crate) trait Transport: Send + 'static {
+    /// Sends one message. An error means the connection is unusable.
+    fn send(&mut self, msg: Value) -> impl Future<Output = Result<(), String>> + Send;
+    /// The next thing the backend said. Must be cancel-safe: the task selects on it.
+    fn recv(&mut self) -> impl Future<Output = Inbound> + Send;
+    /// The handshake is over and `version` was negotiated.
+    fn ready(&mut self, _version: &str) {}
+    /// Ends the connection politely (close stdin, DELETE the session).
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+static SESSION_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Everything a new session needs to know.
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub backend: String,
+    pub protocol_version: &'static str,
+    pub declared: Declared,
+    pub modern_caps: serde_json::Map<String, Value>,
+    pub client_info: Option<Value>,
+    pub max_message_bytes: usize,
+    pub max_json_depth: usize,
+    pub init_timeout: Duration,
+    pub rules: Rules,
+    /// The client's `Authorization` header, when the backend's policy passes it upstream.
+    pub authorization: Option<http::HeaderValue>,
+}
+
+/// Runs `initialize` over `transport` and starts the task that owns the session; `on_exit` runs
+/// once the task has closed the transport (the stdio child is reaped there).
+pub(crate) async fn open<T, F>(
+    mut transport: T,
+    start: Start,
+    shutdown: tokio_util::sync::CancellationToken,
+    on_exit: F,
+) -> Result<Session, Error>
+where
+    T: Transport,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let init_error = |reason: String| Error::Init {
+        backend: start.backend.clone(),
+        reason,
+    };
+    let params = json!({
+        "protocolVersion": start.protocol_version,
+        "capabilities": start.declared.to_legacy(start.protocol_version, &start.modern_caps),
+        "clientInfo": start.client_info.clone().unwrap_or_else(|| json!({"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")})),
+    });
+    let init = Message::Request {
+        id: Id::Number(0),
+        method: "initialize".into(),
+        params: Some(params),
+    };
+    let handshake = async {
+        transport.send(init.to_value()).await.map_err(&init_error)?;
+        loop {
+            match transport.recv().await {
+                Inbound::Message(Message::Response {
+                    id: Id::Number(0),
+                    outcome,
+                }) => {
+                    return outcome
+                        .map_err(|e| init_error(format!("error {}: {}", e.code, e.message)));
+                }
+                Inbound::Message(Message::Request { id, .. }) => {
+                    // Requests before the handshake ends (e.g. ping) get an error; none is a call's.
+                    let resp = crate::jsonrpc::response(
+                        Some(&id),
+                        Err(ErrorObject::new(INTERNAL_ERROR, "not initialized")),
+                    );
+                    transport.send(resp).await.map_err(&init_error)?;
+                }
+                Inbound::Message(_) => {}
+                Inbound::Failed { reason, .. } | Inbound::Ended(reason) => {
+                    return Err(init_error(reason));
+                }
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(start.init_timeout, handshake).await;
+    let result = match outcome {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => {
+            transport.close().await;
+            on_exit.await;
+            return Err(e);
+        }
+        Err(_) => {
+            transport.close().await;
+            on_exit.await;
+            return Err(init_error("no initialize result in time".into()));
+        }
+    };
+    let version = result
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if !crate::protocol::is_legacy(&version) {
+        transport.close().await;
+        on_exit.await;
+        return Err(init_error(format!(
+            "unsupported protocol version `{version}`"
+        )));
+    }
+    transport.ready(&version);
+    let initialized = Message::Notification {
+        method: "notifications/initialized".into(),
+        params: None,
+    };
+    if let Err(e) = transport.send(initialized.to_value()).await {
+        transport.close().await;
+        on_exit.await;
+        return Err(init_error(e));
+    }
+
+    let declared = start.declared.at_version(&version);
+    let info = InitInfo {
+        protocol_version: version,
+        result,
+        declared,
+    };
+    let (cmd_tx, cmd_rx) = mpsc::channel(64);
+    let alive = Arc::new(AtomicBool::new(true));
+    let id = SESSION_IDS.fetch_add(1, Ordering::Relaxed);
+    let session = Session::new(id, start.backend.clone(), cmd_tx, info, alive.clone());
+    let router = Router::new(start.backend.clone(), declared, start.rules.clone());
+    tokio::spawn(async move {
+        let transport = run(transport, cmd_rx, router, shutdown).await;
+        alive.store(false, Ordering::Release);
+        transport.close().await;
+        on_exit.await;
+    });
+    Ok(session)
+}
+
+/// The session task: commands from calls go out, everything the backend says is routed.
+async fn run<T: Transport>(
+    mut transport: T,
+    mut cmds: mpsc::Receiver<Cmd>,
+    mut router: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> T {
+    let reason = loop {
+        let held = router.next_deadline();
+        tokio::select! {
+            _ = shutdown.cancelled() => break "the gateway is shutting down".to_owned(),
+            _ = async { tokio::time::sleep_until(held.expect("guarded")).await }, if held.is_some() => {
+                if let Err(e) = send_all(&mut transport, router.expire_held(Instant::now())).await {
+                    break e;
+                }
+            }
+            cmd = cmds.recv() => {
+                let Some(cmd) = cmd else { break "the session was closed".to_owned() };
+                let msg = match cmd {
+                    Cmd::Request { method, params, interactive, reply } => {
+                        let (call, msg) = router.start(method, params, interactive).await;
+                        let _ = reply.send(Ok(call));
+                        msg
+                    }
+                    Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
+                    Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
+                    Cmd::Forget { id } => { router.forget(&id); continue; }
+                };
+                if let Err(e) = transport.send(msg).await { break e; }
+            }
+            inbound = transport.recv() => match inbound {
+                Inbound::Message(msg) => {
+                    let out = router.route(msg).await;
+                    if let Err(e) = send_all(&mut transport, out).await {
+                        break e;
+                    }
+                }
+                Inbound::Failed { id, reason, resend } => {
+                    tracing::warn!(backend = %router.backend, %id, "request failed: {reason}");
+                    router.fail(&id, reason, resend).await;
+                }
+                Inbound::Ended(reason) => break reason,
+            }
+        }
+    };
+    tracing::info!(backend = %router.backend, "upstream session ended: {reason}");
+    router.close_all(&reason).await;
+    transport
+}
+
+async fn send_all<T: Transport>(transport: &mut T, msgs: Vec<Value>) -> Result<(), String> {
+    for msg in msgs {
+        transport.send(msg).await?;
+    }
+    Ok(())
 }

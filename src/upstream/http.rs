@@ -1,0 +1,672 @@
+//! Legacy Streamable HTTP backends (2025-03-26 .. 2025-11-25), and the HTTP plumbing the
+//! 2024-11-05 HTTP+SSE transport (`http_sse`) shares.
+//!
+//! Every message to the backend is a POST. A request's answer comes back as JSON or as an SSE
+//! stream that may carry the backend's own requests and notifications before the response; one
+//! task per request pumps that body into the session task's inbound queue, so a long tool call
+//! never blocks the session. The backend's answers to our answers (202) are awaited in line, in
+//! order. One more task keeps the standalone GET stream open for pushes unrelated to a POST. A
+//! stream that ends early after giving event ids is resumed with GET + `Last-Event-ID`. A 404 on
+//! a known session means the backend forgot it: the request that saw it is reported as never
+//! delivered (so a new call can go to a new session), and the session ends.
+
+use super::session::{Inbound, Transport};
+use crate::config::Http as Config;
+use crate::jsonrpc::{self, Id, Message};
+use crate::sse::{self, DecodeError};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The pooled HTTP(S) client of one backend.
+pub type Client =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// How many times one request's stream is resumed with `Last-Event-ID` before giving up.
+const MAX_RESUMES: u32 = 5;
+/// Longest wait between reconnects of the standalone GET stream, and the cap on a server's
+/// `retry` hint.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long closing a session (DELETE) may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Inbound queue depth: a full queue slows the backend's streams, never drops.
+const INBOUND: usize = 64;
+/// How much of an unexpected body is quoted in an error.
+const SNIPPET: usize = 160;
+
+/// Builds the client for one backend: keep-alive pool, connect timeout, TLS with the bundled
+/// Mozilla roots for `https` URLs.
+pub fn client(cfg: &Config, pool_max: usize) -> Client {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(cfg.connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(pool_max)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(connector)
+}
+
+/// What the HTTP transports share with the tasks they spawn.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub backend: String,
+    pub client: Client,
+    /// Configured headers plus the `Authorization` the backend's policy allows.
+    pub headers: HeaderMap,
+    pub max_message: usize,
+    pub max_depth: usize,
+    /// Deadline for response headers and for whole JSON bodies.
+    pub timeout: Duration,
+    pub inbound: mpsc::Sender<Inbound>,
+    /// Cancelled when the session closes: every task of the session stops.
+    pub stop: CancellationToken,
+}
+
+/// Why an exchange with the backend failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Could not connect or send: the request may not have reached the backend.
+    Connect(String),
+    Timeout,
+    /// The backend forgot the session (404 on a known session id).
+    Gone,
+    /// Anything else, said as the call should hear it.
+    Other(String),
+}
+
+impl Failure {
+    fn describe(&self, backend: &str) -> String {
+        match self {
+            Failure::Connect(e) => format!("cannot reach backend `{backend}`: {e}"),
+            Failure::Timeout => format!("backend `{backend}` did not answer in time"),
+            Failure::Gone => format!("backend `{backend}` forgot the session (HTTP 404)"),
+            Failure::Other(e) => format!("backend `{backend}`: {e}"),
+        }
+    }
+}
+
+impl Link {
+    pub fn new(
+        backend: String,
+        client: Client,
+        headers: HeaderMap,
+        start: &super::session::Start,
+        stop: CancellationToken,
+    ) -> (Arc<Link>, mpsc::Receiver<Inbound>) {
+        let (inbound, rx) = mpsc::channel(INBOUND);
+        let link = Link {
+            backend,
+            client,
+            headers,
+            max_message: start.max_message_bytes,
+            max_depth: start.max_json_depth,
+            timeout: start.init_timeout,
+            inbound,
+            stop,
+        };
+        (Arc::new(link), rx)
+    }
+
+    /// Sends one HTTP request and waits for its response headers.
+    pub async fn exchange(
+        &self,
+        method: Method,
+        url: &Uri,
+        headers: HeaderMap,
+        body: Option<&Value>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Failure> {
+        let mut req = hyper::Request::builder().method(method).uri(url.clone());
+        let all = req.headers_mut().expect("a fresh builder has headers");
+        all.extend(self.headers.clone());
+        all.extend(headers);
+        let body = match body {
+            Some(v) => {
+                all.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                Full::new(Bytes::from(serde_json::to_vec(v).map_err(|e| {
+                    Failure::Other(format!("cannot encode a message: {e}"))
+                })?))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        let req = req
+            .body(body)
+            .map_err(|e| Failure::Other(format!("cannot build a request: {e}")))?;
+        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+            Err(_) => Err(Failure::Timeout),
+            Ok(Err(e)) if e.is_connect() => Err(Failure::Connect(error_chain(&e))),
+            Ok(Err(e)) => Err(Failure::Other(format!(
+                "the HTTP exchange failed: {}",
+                error_chain(&e)
+            ))),
+            Ok(Ok(resp)) => Ok(resp),
+        }
+    }
+
+    /// Reads a whole JSON body (within the size limit and the deadline) as messages.
+    pub async fn read_json(&self, body: hyper::body::Incoming) -> Result<Vec<Message>, Failure> {
+        let bytes = match tokio::time::timeout(
+            self.timeout,
+            Limited::new(body, self.max_message).collect(),
+        )
+        .await
+        {
+            Err(_) => return Err(Failure::Timeout),
+            Ok(Err(e))
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                return Err(Failure::Other(format!(
+                    "a response body over {} bytes",
+                    self.max_message
+                )));
+            }
+            Ok(Err(e)) => return Err(Failure::Other(format!("reading the body failed: {e}"))),
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        jsonrpc::parse_many(&bytes, self.max_depth).map_err(|e| {
+            Failure::Other(format!(
+                "a body that is not JSON-RPC ({e}): {}",
+                snippet(&bytes)
+            ))
+        })
+    }
+
+    /// Hands messages to the session task; false once the session is gone.
+    pub async fn deliver(&self, msgs: Vec<Message>) -> bool {
+        for msg in msgs {
+            if self.inbound.send(Inbound::Message(msg)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Pumps an SSE body into the session task until it ends. Returns what the stream told
+    /// about resuming it, and whether the response to `awaited` went by.
+    pub async fn pump(
+        &self,
+        body: hyper::body::Incoming,
+        awaited: Option<&Id>,
+        cursor: &mut Cursor,
+    ) -> Result<(), DecodeError> {
+        let mut events = events(body, self.max_message);
+        while let Some(event) = events.next().await {
+            let event = event?;
+            if let Some(id) = event.id {
+                cursor.last_id = Some(id);
+            }
+            if let Some(ms) = event.retry_ms {
+                cursor.retry = Duration::from_millis(ms).min(MAX_BACKOFF);
+            }
+            if event.event != "message" || event.data.is_empty() {
+                continue;
+            }
+            match jsonrpc::parse_many(event.data.as_bytes(), self.max_depth) {
+                Ok(msgs) => {
+                    if msgs.iter().any(|m| is_response_to(m, awaited)) {
+                        cursor.answered = true;
+                    }
+                    if !self.deliver(msgs).await {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(backend = %self.backend, "backend sent an SSE event that is not JSON-RPC: {e}")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn report(&self, inbound: Inbound) {
+        let _ = self.inbound.send(inbound).await;
+    }
+}
+
+/// Where a stream got to, for resuming it.
+#[derive(Debug, Clone)]
+pub(crate) struct Cursor {
+    pub last_id: Option<String>,
+    pub retry: Duration,
+    pub answered: bool,
+}
+
+impl Default for Cursor {
+    fn default() -> Self {
+        Cursor {
+            last_id: None,
+            retry: Duration::from_secs(1),
+            answered: false,
+        }
+    }
+}
+
+fn is_response_to(msg: &Message, awaited: Option<&Id>) -> bool {
+    matches!((msg, awaited), (Message::Response { id, .. }, Some(want)) if id == want)
+}
+
+/// The SSE events of a body, each bounded by `max` bytes.
+pub(crate) fn events(
+    body: hyper::body::Incoming,
+    max: usize,
+) -> impl Stream<Item = Result<sse::Event, DecodeError>> + Send + Unpin {
+    let bytes = http_body_util::BodyDataStream::new(body);
+    sse::decode(bytes, max)
+}
+
+pub(crate) fn content_type(resp: &hyper::Response<hyper::body::Incoming>) -> String {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// The first bytes of a body, printable, for an error message.
+pub(crate) fn snippet(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(SNIPPET)]);
+    let mut s: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if bytes.len() > SNIPPET {
+        s.push('…');
+    }
+    format!("{s:?}")
+}
+
+/// An unexpected status, with the start of its body.
+pub(crate) async fn status_failure(
+    resp: hyper::Response<hyper::body::Incoming>,
+    max: usize,
+) -> Failure {
+    let status = resp.status();
+    let body = Limited::new(resp.into_body(), max.min(4096))
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Failure::Other(format!("HTTP {status}: {}", snippet(&body)))
+}
+
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// Session facts the request tasks read: the id the backend gave, the negotiated version.
+#[derive(Debug, Default)]
+struct Ids {
+    session: Option<HeaderValue>,
+    version: Option<HeaderValue>,
+}
+
+/// A Streamable HTTP session.
+pub(crate) struct StreamableHttp {
+    link: Arc<Link>,
+    url: Uri,
+    ids: Arc<Mutex<Ids>>,
+    rx: mpsc::Receiver<Inbound>,
+    tasks: TaskTracker,
+}
+
+impl StreamableHttp {
+    pub fn new(link: Arc<Link>, rx: mpsc::Receiver<Inbound>, url: Uri) -> StreamableHttp {
+        StreamableHttp {
+            link,
+            url,
+            ids: Arc::new(Mutex::new(Ids::default())),
+            rx,
+            tasks: TaskTracker::new(),
+        }
+    }
+}
+
+/// Headers every request of the session carries.
+fn session_headers(ids: &Mutex<Ids>) -> HeaderMap {
+    let ids = ids.lock().expect("ids lock");
+    let mut h = HeaderMap::new();
+    if let Some(s) = &ids.session {
+        h.insert("mcp-session-id", s.clone());
+    }
+    if let Some(v) = &ids.version {
+        h.insert("mcp-protocol-version", v.clone());
+    }
+    h
+}
+
+fn post_headers(ids: &Mutex<Ids>) -> HeaderMap {
+    let mut h = session_headers(ids);
+    h.insert(
+        header::ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    h
+}
+
+fn has_session(ids: &Mutex<Ids>) -> bool {
+    ids.lock().expect("ids lock").session.is_some()
+}
+
+impl Transport for StreamableHttp {
+    async fn send(&mut self, msg: Value) -> Result<(), String> {
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        let id = msg
+            .get("id")
+            .and_then(|v| serde_json::from_value::<Id>(v.clone()).ok());
+        match (method, id) {
+            (Some(method), Some(id)) => {
+                let link = self.link.clone();
+                let ids = self.ids.clone();
+                let url = self.url.clone();
+                let stop = link.stop.clone();
+                self.tasks.spawn(async move {
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = request(&link, &ids, &url, id, &method, msg) => {}
+                    }
+                });
+                Ok(())
+            }
+            (method, _) => {
+                let resp = self
+                    .link
+                    .exchange(Method::POST, &self.url, post_headers(&self.ids), Some(&msg))
+                    .await;
+                let failure = match resp {
+                    Ok(r) if r.status().is_success() => None,
+                    Ok(r) if r.status() == StatusCode::NOT_FOUND && has_session(&self.ids) => {
+                        Some(Failure::Gone)
+                    }
+                    Ok(r) => Some(status_failure(r, self.link.max_message).await),
+                    Err(f) => Some(f),
+                };
+                match failure {
+                    None => {
+                        if method.as_deref() == Some("notifications/initialized") {
+                            let link = self.link.clone();
+                            let ids = self.ids.clone();
+                            let url = self.url.clone();
+                            self.tasks.spawn(standalone(link, ids, url));
+                        }
+                        Ok(())
+                    }
+                    Some(Failure::Gone) => Err(Failure::Gone.describe(&self.link.backend)),
+                    Some(f) => {
+                        // The backend may be waiting for this answer; the call's deadline covers it.
+                        tracing::warn!(backend = %self.link.backend, "a message to the backend was not accepted: {}", f.describe(&self.link.backend));
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    async fn recv(&mut self) -> Inbound {
+        self.rx
+            .recv()
+            .await
+            .unwrap_or_else(|| Inbound::Ended("the transport stopped".into()))
+    }
+
+    fn ready(&mut self, version: &str) {
+        // The header exists from 2025-06-18 on.
+        if version >= "2025-06-18" {
+            self.ids.lock().expect("ids lock").version = HeaderValue::from_str(version).ok();
+        }
+    }
+
+    async fn close(self) {
+        self.link.stop.cancel();
+        self.tasks.close();
+        if has_session(&self.ids) {
+            let link = self.link.clone();
+            let delete = link.exchange(Method::DELETE, &self.url, session_headers(&self.ids), None);
+            match tokio::time::timeout(CLOSE_TIMEOUT, delete).await {
+                Ok(Ok(r)) => {
+                    tracing::debug!(backend = %link.backend, status = %r.status(), "session deleted")
+                }
+                Ok(Err(f)) => {
+                    tracing::debug!(backend = %link.backend, "DELETE failed: {}", f.describe(&link.backend))
+                }
+                Err(_) => tracing::debug!(backend = %link.backend, "DELETE timed out"),
+            }
+        }
+        self.tasks.wait().await;
+    }
+}
+
+/// One request's POST and everything its answer carries.
+async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str, msg: Value) {
+    let fail = |reason: String, resend: bool| Inbound::Failed {
+        id: id.clone(),
+        reason,
+        resend,
+    };
+    let known_session = has_session(ids);
+    let resp = match link
+        .exchange(Method::POST, url, post_headers(ids), Some(&msg))
+        .await
+    {
+        Ok(r) => r,
+        Err(f) => {
+            tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
+            return link.report(fail(f.describe(&link.backend), false)).await;
+        }
+    };
+    if method == "initialize"
+        && let Some(sid) = resp.headers().get("mcp-session-id")
+    {
+        ids.lock().expect("ids lock").session = Some(sid.clone());
+    }
+    let status = resp.status();
+    if status == StatusCode::NOT_FOUND && known_session {
+        link.report(fail(Failure::Gone.describe(&link.backend), true))
+            .await;
+        return link
+            .report(Inbound::Ended(Failure::Gone.describe(&link.backend)))
+            .await;
+    }
+    if status == StatusCode::ACCEPTED {
+        return; // the answer comes on the standalone stream
+    }
+    if !status.is_success() {
+        let f = status_failure(resp, link.max_message).await;
+        tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
+        return link.report(fail(f.describe(&link.backend), false)).await;
+    }
+    match content_type(&resp).as_str() {
+        "application/json" => match link.read_json(resp.into_body()).await {
+            Ok(msgs) => {
+                let answered = msgs.iter().any(|m| is_response_to(m, Some(&id)));
+                if link.deliver(msgs).await && !answered {
+                    link.report(fail(
+                        format!(
+                            "backend `{}` answered without a response to the request",
+                            link.backend
+                        ),
+                        false,
+                    ))
+                    .await;
+                }
+            }
+            Err(f) => {
+                tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
+                link.report(fail(f.describe(&link.backend), false)).await;
+            }
+        },
+        "text/event-stream" => {
+            let mut cursor = Cursor::default();
+            if let Err(e) = link.pump(resp.into_body(), Some(&id), &mut cursor).await {
+                let why = format!("backend `{}` sent {e}", link.backend);
+                tracing::warn!(backend = %link.backend, %method, "{why}");
+                return link.report(fail(why, false)).await;
+            }
+            if !cursor.answered {
+                resume(link, ids, url, &id, cursor).await;
+            }
+        }
+        other => {
+            let why = format!(
+                "backend `{}` answered with Content-Type `{other}`, not JSON or an event stream",
+                link.backend
+            );
+            tracing::warn!(backend = %link.backend, %method, "{why}");
+            link.report(fail(why, false)).await;
+        }
+    }
+}
+
+/// A request's stream ended before its response: resume it with `Last-Event-ID` if the backend
+/// gave event ids (2025-11-25), else fail the call.
+async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: Cursor) {
+    let mut attempts = 0;
+    while !cursor.answered {
+        let Some(last) = cursor.last_id.clone().filter(|_| attempts < MAX_RESUMES) else {
+            let why = format!(
+                "backend `{}` ended the response stream without answering",
+                link.backend
+            );
+            tracing::warn!(backend = %link.backend, %id, "{why}");
+            return link
+                .report(Inbound::Failed {
+                    id: id.clone(),
+                    reason: why,
+                    resend: false,
+                })
+                .await;
+        };
+        attempts += 1;
+        tokio::time::sleep(cursor.retry).await;
+        let mut headers = session_headers(ids);
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&last) {
+            headers.insert("last-event-id", v);
+        }
+        let resp = match link.exchange(Method::GET, url, headers, None).await {
+            Ok(r) => r,
+            Err(f) => {
+                tracing::debug!(backend = %link.backend, "resuming a stream failed: {}", f.describe(&link.backend));
+                continue;
+            }
+        };
+        if resp.status() == StatusCode::NOT_FOUND {
+            link.report(Inbound::Failed {
+                id: id.clone(),
+                reason: Failure::Gone.describe(&link.backend),
+                resend: false,
+            })
+            .await;
+            return link
+                .report(Inbound::Ended(Failure::Gone.describe(&link.backend)))
+                .await;
+        }
+        if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {
+            tracing::debug!(backend = %link.backend, status = %resp.status(), "resuming a stream was refused");
+            continue;
+        }
+        let before = cursor.last_id.clone();
+        if let Err(e) = link.pump(resp.into_body(), Some(id), &mut cursor).await {
+            let why = format!("backend `{}` sent {e}", link.backend);
+            return link
+                .report(Inbound::Failed {
+                    id: id.clone(),
+                    reason: why,
+                    resend: false,
+                })
+                .await;
+        }
+        if cursor.last_id != before {
+            attempts = 0; // progress: the stream is alive
+        }
+    }
+}
+
+/// The standalone GET stream: pushes unrelated to any POST. Reopened with backoff while the
+/// session lives; a backend that offers none (405) is left alone.
+async fn standalone(link: Arc<Link>, ids: Arc<Mutex<Ids>>, url: Uri) {
+    let mut cursor = Cursor::default();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut headers = session_headers(&ids);
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        if let Some(v) = cursor
+            .last_id
+            .as_deref()
+            .and_then(|l| HeaderValue::from_str(l).ok())
+        {
+            headers.insert("last-event-id", v);
+        }
+        let opened = tokio::select! {
+            _ = link.stop.cancelled() => return,
+            r = link.exchange(Method::GET, &url, headers, None) => r,
+        };
+        match opened {
+            Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                tracing::debug!(backend = %link.backend, "backend offers no standalone stream");
+                return;
+            }
+            Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
+                return link
+                    .report(Inbound::Ended(Failure::Gone.describe(&link.backend)))
+                    .await;
+            }
+            Ok(resp)
+                if resp.status().is_success() && content_type(&resp) == "text/event-stream" =>
+            {
+                backoff = Duration::from_millis(100);
+                let pumped = tokio::select! {
+                    _ = link.stop.cancelled() => return,
+                    r = link.pump(resp.into_body(), None, &mut cursor) => r,
+                };
+                if let Err(e) = pumped {
+                    tracing::warn!(backend = %link.backend, "standalone stream: backend sent {e}");
+                }
+            }
+            Ok(resp) => {
+                tracing::debug!(backend = %link.backend, status = %resp.status(), "standalone stream refused");
+            }
+            Err(f) => {
+                tracing::debug!(backend = %link.backend, "standalone stream: {}", f.describe(&link.backend));
+            }
+        }
+        let wait = backoff.max(cursor.retry.min(MAX_BACKOFF));
+        tokio::select! {
+            _ = link.stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}

@@ -1,0 +1,227 @@
+//! Legacy HTTP+SSE backends (2024-11-05): a GET opens one event stream, whose first `endpoint`
+//! event names where to POST; every response, request and notification from the backend then
+//! arrives on that one stream. A session is one stream: when it drops, the session ends, and the
+//! pool starts (and initializes) a new one for the next call.
+
+use super::Error;
+use super::http::{Failure, Link, content_type, status_failure};
+use super::session::{Inbound, Transport};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+/// An HTTP+SSE session.
+pub(crate) struct HttpSse {
+    link: Arc<Link>,
+    endpoint: Uri,
+    rx: mpsc::Receiver<Inbound>,
+    tasks: TaskTracker,
+}
+
+impl HttpSse {
+    /// Opens the event stream and waits (within the link's deadline) for its `endpoint` event.
+    pub async fn connect(
+        link: Arc<Link>,
+        rx: mpsc::Receiver<Inbound>,
+        url: &Uri,
+    ) -> Result<HttpSse, Error> {
+        let init = |reason: String| Error::Init {
+            backend: link.backend.clone(),
+            reason,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let resp = link
+            .exchange(Method::GET, url, headers, None)
+            .await
+            .map_err(|f| init(failure_text(&f)))?;
+        if !resp.status().is_success() {
+            return Err(init(failure_text(
+                &status_failure(resp, link.max_message).await,
+            )));
+        }
+        if content_type(&resp) != "text/event-stream" {
+            return Err(init(format!(
+                "the SSE URL answered Content-Type `{}`, not an event stream",
+                content_type(&resp)
+            )));
+        }
+        let mut events = super::http::events(resp.into_body(), link.max_message);
+        let first = tokio::time::timeout(link.timeout, async {
+            use futures_util::StreamExt;
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|e| format!("the backend sent {e}"))?;
+                if event.event == "endpoint" {
+                    return Ok(event.data);
+                }
+            }
+            Err("the event stream ended before its `endpoint` event".to_owned())
+        })
+        .await
+        .map_err(|_| init("no `endpoint` event in time".into()))?
+        .map_err(init)?;
+        let endpoint = resolve(url, first.trim()).map_err(init)?;
+        let tasks = TaskTracker::new();
+        let pump_link = link.clone();
+        tasks.spawn(async move {
+            let stop = pump_link.stop.clone();
+            let outcome = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = pump_events(&pump_link, events) => r,
+            };
+            let reason = match outcome {
+                Ok(()) => format!("backend `{}` closed its event stream", pump_link.backend),
+                Err(e) => format!("backend `{}` sent {e}", pump_link.backend),
+            };
+            tracing::warn!(backend = %pump_link.backend, "{reason}");
+            let _ = pump_link.inbound.send(Inbound::Ended(reason)).await;
+        });
+        Ok(HttpSse {
+            link,
+            endpoint,
+            rx,
+            tasks,
+        })
+    }
+}
+
+/// The rest of the one stream: every `message` event becomes inbound messages.
+async fn pump_events(
+    link: &Link,
+    mut events: impl futures_util::Stream<Item = Result<crate::sse::Event, crate::sse::DecodeError>>
+    + Unpin,
+) -> Result<(), crate::sse::DecodeError> {
+    use futures_util::StreamExt;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if event.event != "message" || event.data.is_empty() {
+            continue;
+        }
+        match crate::jsonrpc::parse_many(event.data.as_bytes(), link.max_depth) {
+            Ok(msgs) => {
+                if !link.deliver(msgs).await {
+                    return Ok(());
+                }
+            }
+            Err(e) => {
+                tracing::warn!(backend = %link.backend, "backend sent an event that is not JSON-RPC: {e}")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The POST endpoint, resolved against the SSE URL. It must stay on the same origin, so a
+/// backend cannot send the gateway's configured headers elsewhere.
+fn resolve(base: &Uri, endpoint: &str) -> Result<Uri, String> {
+    let bad =
+        || format!("the `endpoint` event named `{endpoint}`, not a URL on the backend's origin");
+    let target: Uri = if endpoint.starts_with('/') {
+        let mut parts = base.clone().into_parts();
+        parts.path_and_query = Some(endpoint.parse().map_err(|_| bad())?);
+        Uri::from_parts(parts).map_err(|_| bad())?
+    } else {
+        let full: Uri = endpoint.parse().map_err(|_| bad())?;
+        if full.scheme() != base.scheme() || full.authority() != base.authority() {
+            return Err(bad());
+        }
+        full
+    };
+    Ok(target)
+}
+
+fn failure_text(f: &Failure) -> String {
+    match f {
+        Failure::Connect(e) => format!("cannot connect: {e}"),
+        Failure::Timeout => "no answer in time".into(),
+        Failure::Gone => "the session is gone (HTTP 404)".into(),
+        Failure::Other(e) => e.clone(),
+    }
+}
+
+impl Transport for HttpSse {
+    async fn send(&mut self, msg: Value) -> Result<(), String> {
+        let id = msg
+            .get("method")
+            .and(msg.get("id"))
+            .and_then(|v| serde_json::from_value::<crate::jsonrpc::Id>(v.clone()).ok());
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let failure = match self
+            .link
+            .exchange(Method::POST, &self.endpoint, headers, Some(&msg))
+            .await
+        {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) if r.status() == StatusCode::NOT_FOUND => {
+                return Err(format!(
+                    "backend `{}` forgot the session (HTTP 404)",
+                    self.link.backend
+                ));
+            }
+            Ok(r) => status_failure(r, self.link.max_message).await,
+            Err(f) => f,
+        };
+        let why = format!(
+            "backend `{}`: {}",
+            self.link.backend,
+            failure_text(&failure)
+        );
+        tracing::warn!(backend = %self.link.backend, "{why}");
+        if let Some(id) = id {
+            // Reported from outside: this task is the queue's only reader.
+            let inbound = self.link.inbound.clone();
+            tokio::spawn(async move {
+                let _ = inbound
+                    .send(Inbound::Failed {
+                        id,
+                        reason: why,
+                        resend: false,
+                    })
+                    .await;
+            });
+        }
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> Inbound {
+        self.rx
+            .recv()
+            .await
+            .unwrap_or_else(|| Inbound::Ended("the transport stopped".into()))
+    }
+
+    async fn close(self) {
+        self.link.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_resolve_on_the_backends_origin_only() {
+        let base: Uri = "http://127.0.0.1:9000/sse".parse().unwrap();
+        assert_eq!(
+            resolve(&base, "/messages?session_id=abc")
+                .unwrap()
+                .to_string(),
+            "http://127.0.0.1:9000/messages?session_id=abc"
+        );
+        assert!(resolve(&base, "http://127.0.0.1:9000/m").is_ok());
+        assert!(resolve(&base, "http://evil.example/m").is_err());
+        assert!(resolve(&base, "https://127.0.0.1:9000/m").is_err());
+        assert!(resolve(&base, "not a url").is_err());
+    }
+}
