@@ -432,7 +432,7 @@ impl Transport for StreamableHttp {
         self.rx
             .recv()
             .await
-            .unwrap_or_else(|| Inbound::Ended("the transport stopped".into()))
+            .unwrap_or_else(|| Inbound::ended("the transport stopped"))
     }
 
     fn ready(&mut self, version: &str) {
@@ -464,10 +464,9 @@ impl Transport for StreamableHttp {
 
 /// One request's POST and everything its answer carries.
 async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str, msg: Value) {
-    let fail = |reason: String, resend: bool| Inbound::Failed {
+    let fail = |reason: String| Inbound::Failed {
         id: id.clone(),
         reason,
-        resend,
     };
     let known_session = has_session(ids);
     let resp = match link
@@ -477,7 +476,7 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
         Ok(r) => r,
         Err(f) => {
             tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-            return link.report(fail(f.describe(&link.backend), false)).await;
+            return link.report(fail(f.describe(&link.backend))).await;
         }
     };
     if method == "initialize"
@@ -487,10 +486,11 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
     }
     let status = resp.status();
     if status == StatusCode::NOT_FOUND && known_session {
-        link.report(fail(Failure::Gone.describe(&link.backend), true))
-            .await;
         return link
-            .report(Inbound::Ended(Failure::Gone.describe(&link.backend)))
+            .report(Inbound::Ended {
+                reason: Failure::Gone.describe(&link.backend),
+                unsent: Some(id),
+            })
             .await;
     }
     if status == StatusCode::ACCEPTED {
@@ -499,26 +499,23 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
     if !status.is_success() {
         let f = status_failure(resp, link.max_message).await;
         tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-        return link.report(fail(f.describe(&link.backend), false)).await;
+        return link.report(fail(f.describe(&link.backend))).await;
     }
     match content_type(&resp).as_str() {
         "application/json" => match link.read_json(resp.into_body()).await {
             Ok(msgs) => {
                 let answered = msgs.iter().any(|m| is_response_to(m, Some(&id)));
                 if link.deliver(msgs).await && !answered {
-                    link.report(fail(
-                        format!(
-                            "backend `{}` answered without a response to the request",
-                            link.backend
-                        ),
-                        false,
-                    ))
+                    link.report(fail(format!(
+                        "backend `{}` answered without a response to the request",
+                        link.backend
+                    )))
                     .await;
                 }
             }
             Err(f) => {
                 tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-                link.report(fail(f.describe(&link.backend), false)).await;
+                link.report(fail(f.describe(&link.backend))).await;
             }
         },
         "text/event-stream" => {
@@ -526,7 +523,7 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
             if let Err(e) = link.pump(resp.into_body(), Some(&id), &mut cursor).await {
                 let why = format!("backend `{}` sent {e}", link.backend);
                 tracing::warn!(backend = %link.backend, %method, "{why}");
-                return link.report(fail(why, false)).await;
+                return link.report(fail(why)).await;
             }
             if !cursor.answered {
                 resume(link, ids, url, &id, cursor).await;
@@ -538,7 +535,7 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %method, "{why}");
-            link.report(fail(why, false)).await;
+            link.report(fail(why)).await;
         }
     }
 }
@@ -558,7 +555,6 @@ async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: C
                 .report(Inbound::Failed {
                     id: id.clone(),
                     reason: why,
-                    resend: false,
                 })
                 .await;
         };
@@ -583,11 +579,10 @@ async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: C
             link.report(Inbound::Failed {
                 id: id.clone(),
                 reason: Failure::Gone.describe(&link.backend),
-                resend: false,
             })
             .await;
             return link
-                .report(Inbound::Ended(Failure::Gone.describe(&link.backend)))
+                .report(Inbound::ended(Failure::Gone.describe(&link.backend)))
                 .await;
         }
         if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {
@@ -601,7 +596,6 @@ async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: C
                 .report(Inbound::Failed {
                     id: id.clone(),
                     reason: why,
-                    resend: false,
                 })
                 .await;
         }
@@ -640,7 +634,7 @@ async fn standalone(link: Arc<Link>, ids: Arc<Mutex<Ids>>, url: Uri) {
             }
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
                 return link
-                    .report(Inbound::Ended(Failure::Gone.describe(&link.backend)))
+                    .report(Inbound::ended(Failure::Gone.describe(&link.backend)))
                     .await;
             }
             Ok(resp)

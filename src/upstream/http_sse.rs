@@ -79,7 +79,7 @@ impl HttpSse {
                 Err(e) => format!("backend `{}` sent {e}", pump_link.backend),
             };
             tracing::warn!(backend = %pump_link.backend, "{reason}");
-            let _ = pump_link.inbound.send(Inbound::Ended(reason)).await;
+            let _ = pump_link.inbound.send(Inbound::ended(reason)).await;
         });
         Ok(HttpSse {
             link,
@@ -180,13 +180,7 @@ impl Transport for HttpSse {
             // Reported from outside: this task is the queue's only reader.
             let inbound = self.link.inbound.clone();
             tokio::spawn(async move {
-                let _ = inbound
-                    .send(Inbound::Failed {
-                        id,
-                        reason: why,
-                        resend: false,
-                    })
-                    .await;
+                let _ = inbound.send(Inbound::Failed { id, reason: why }).await;
             });
         }
         Ok(())
@@ -196,7 +190,7 @@ impl Transport for HttpSse {
         self.rx
             .recv()
             .await
-            .unwrap_or_else(|| Inbound::Ended("the transport stopped".into()))
+            .unwrap_or_else(|| Inbound::ended("the transport stopped"))
     }
 
     async fn close(self) {

@@ -414,14 +414,26 @@ impl Router {
 #[derive(Debug)]
 pub(crate) enum Inbound {
     Message(Message),
-    /// One request failed in transit; `resend` when it never reached the backend.
+    /// One request failed in transit; the session goes on.
     Failed {
         id: Id,
         reason: String,
-        resend: bool,
     },
-    /// The connection or the backend's session is over.
-    Ended(String),
+    /// The connection or the backend's session is over. `unsent` names a request the backend
+    /// never saw (its session was already gone), which may be sent again on a new session.
+    Ended {
+        reason: String,
+        unsent: Option<Id>,
+    },
+}
+
+impl Inbound {
+    pub fn ended(reason: impl Into<String>) -> Inbound {
+        Inbound::Ended {
+            reason: reason.into(),
+            unsent: None,
+        }
+    }
 }
 
 /// A connection to one legacy session: stdio lines, Streamable HTTP, or HTTP+SSE.
@@ -500,7 +512,7 @@ where
                     transport.send(resp).await.map_err(&init_error)?;
                 }
                 Inbound::Message(_) => {}
-                Inbound::Failed { reason, .. } | Inbound::Ended(reason) => {
+                Inbound::Failed { reason, .. } | Inbound::Ended { reason, .. } => {
                     return Err(init_error(reason));
                 }
             }
@@ -555,8 +567,7 @@ where
     let session = Session::new(id, start.backend.clone(), cmd_tx, info, alive.clone());
     let router = Router::new(start.backend.clone(), declared, start.rules.clone());
     tokio::spawn(async move {
-        let transport = run(transport, cmd_rx, router, shutdown).await;
-        alive.store(false, Ordering::Release);
+        let transport = run(transport, cmd_rx, router, shutdown, alive).await;
         transport.close().await;
         on_exit.await;
     });
@@ -569,7 +580,9 @@ async fn run<T: Transport>(
     mut cmds: mpsc::Receiver<Cmd>,
     mut router: Router,
     shutdown: tokio_util::sync::CancellationToken,
+    alive: Arc<AtomicBool>,
 ) -> T {
+    let mut unsent = None;
     let reason = loop {
         let held = router.next_deadline();
         tokio::select! {
@@ -600,15 +613,23 @@ async fn run<T: Transport>(
                         break e;
                     }
                 }
-                Inbound::Failed { id, reason, resend } => {
+                Inbound::Failed { id, reason } => {
                     tracing::warn!(backend = %router.backend, %id, "request failed: {reason}");
-                    router.fail(&id, reason, resend).await;
+                    router.fail(&id, reason, false).await;
                 }
-                Inbound::Ended(reason) => break reason,
+                Inbound::Ended { reason, unsent: lost } => {
+                    unsent = lost;
+                    break reason;
+                }
             }
         }
     };
     tracing::info!(backend = %router.backend, "upstream session ended: {reason}");
+    // Dead before any call hears of it, so a call sent again never lands here.
+    alive.store(false, Ordering::Release);
+    if let Some(id) = unsent {
+        router.fail(&id, reason.clone(), true).await;
+    }
     router.close_all(&reason).await;
     transport
 }

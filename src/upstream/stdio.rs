@@ -119,12 +119,12 @@ where
             let line = match self.reader.next().await {
                 Some(Ok(line)) => line,
                 Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
-                    return Inbound::Ended("the backend sent a line over the size limit".into());
+                    return Inbound::ended("the backend sent a line over the size limit");
                 }
                 Some(Err(LinesCodecError::Io(e))) => {
-                    return Inbound::Ended(format!("read failed: {e}"));
+                    return Inbound::ended(format!("read failed: {e}"));
                 }
-                None => return Inbound::Ended("the backend exited".into()),
+                None => return Inbound::ended("the backend exited"),
             };
             if line.trim().is_empty() {
                 continue;
