@@ -734,3 +734,103 @@ async fn binary_prints_its_url_and_logs_every_http_request() {
     child.kill().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn progress_rides_its_request_and_unattributed_pushes_wait_for_get() {
+    let fx = Fixture::start_with(
+        Options {
+            roots_on_init: true,
+            ..Options::default()
+        },
+        false,
+    )
+    .await;
+    let s = fx.session("2025-06-18").await;
+    let call = |id: i64, token: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "progress", "arguments": {"steps": 3}, "_meta": {"progressToken": token}}})
+    };
+    let mut a = Sse::new(fx.post(&s, call(1, "a")).await);
+    let mut b = Sse::new(fx.post(&s, call(2, "b")).await);
+    for (sse, token, id) in [(&mut a, "a", 1), (&mut b, "b", 2)] {
+        let mut seen = 0;
+        while let Some(msg) = sse.message().await {
+            if msg["method"] == "notifications/progress" {
+                assert_eq!(msg["params"]["progressToken"], token);
+                seen += 1;
+            } else {
+                assert_eq!(msg["id"], id);
+                assert_eq!(tool_output(&msg)["steps"], 3);
+            }
+        }
+        assert_eq!(
+            seen, 3,
+            "every progress notification on its own request's stream"
+        );
+    }
+    // The roots/list the server sent on its own after `initialized` waited for a GET.
+    let mut get = Sse::new(fx.get(&s, None).await);
+    let ask = get.message().await.unwrap();
+    assert_eq!(ask["method"], "roots/list");
+    fx.answer(&s, &ask, roots_answer()).await;
+    let mut sse = fx.call(&s, 3, "list_roots", json!({})).await;
+    let ask = sse.message().await.unwrap();
+    fx.answer(&s, &ask, roots_answer()).await;
+    let done = sse.message().await.unwrap();
+    assert_eq!(tool_output(&done)["cachedRoots"][0], "file:///tmp/r");
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_request_ends_its_stream_without_a_response() {
+    let fx = Fixture::start(HttpOptions::default()).await;
+    let s = fx.session("2025-06-18").await;
+    let mut get = Sse::new(fx.get(&s, None).await);
+    let mut sse = fx.call(&s, 9, "ask_form", json!({})).await;
+    assert_eq!(sse.message().await.unwrap()["method"], "elicitation/create");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": 9, "reason": "user"}});
+    assert_eq!(fx.post(&s, cancel).await.status(), 202);
+    sse.ends().await;
+    // The server withdraws its own request; that belongs to no live request any more.
+    let withdrawn = get.message().await.unwrap();
+    assert_eq!(withdrawn["method"], "notifications/cancelled");
+    // The id is free again.
+    let mut again = fx.call(&s, 9, "echo", json!({"text": "again"})).await;
+    assert_eq!(
+        tool_output(&again.message().await.unwrap())["echo"],
+        "again"
+    );
+    fx.stop().await;
+}
+
+#[tokio::test]
+async fn crash_tool_takes_the_http_server_down_with_status_3() {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["legacy-server", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("listening line in time")
+        .unwrap()
+        .unwrap();
+    let url = line.strip_prefix("listening on http://").expect(&line);
+    let fx = Fixture {
+        addr: url.strip_suffix("/mcp").expect(url).parse().unwrap(),
+        shutdown: CancellationToken::new(),
+        task: tokio::spawn(async { Ok(()) }),
+    };
+    let s = fx.session("2025-06-18").await;
+    let resp = fx.post(&s, tool_call(1, "crash", json!({}))).await;
+    drop(resp);
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("server exited in time")
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+}

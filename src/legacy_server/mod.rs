@@ -41,7 +41,7 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-pub use http::{serve_http, serve_sse};
+pub use self::http::{serve_http, serve_sse};
 
 /// Protocol revisions this server can speak, oldest first.
 pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 4] =
@@ -62,7 +62,9 @@ pub struct Options {
     #[arg(long)]
     pub roots_on_init: bool,
     /// Append every JSON-RPC message received and sent, one JSON object per line
-    /// `{"dir":"in"|"out","msg":<message>,"pid":<process id>}`, to this file.
+    /// `{"dir":"in"|"out","msg":<message>,"pid":<process id>}`, to this file; over HTTP also
+    /// one `{"dir":"http","method","path","session","authorization","protocolVersion",
+    /// "lastEventId","pid"}` line per request received.
     #[arg(long, env = "MRTR_LEGACY_LOG")]
     pub log: Option<std::path::PathBuf>,
     /// Push elicitation, sampling and roots requests even when the client did not declare the
