@@ -446,10 +446,21 @@ async fn push_on_get_sends_server_requests_on_the_get_stream() {
 
 #[tokio::test]
 async fn close_post_early_is_resumed_with_last_event_id() {
-    let fx = Fixture::start(HttpOptions {
-        close_post_early: true,
-        ..HttpOptions::default()
-    })
+    let dir = std::env::temp_dir().join(format!("mrtr-fixture-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let fx = Fixture::start_with(
+        Options {
+            log: Some(log.clone()),
+            http: HttpOptions {
+                close_post_early: true,
+                ..HttpOptions::default()
+            },
+            ..Options::default()
+        },
+        false,
+    )
     .await;
     let s = fx.session("2025-06-18").await;
     let mut post = fx.call(&s, 3, "all_three", json!({})).await;
@@ -475,7 +486,43 @@ async fn close_post_early_is_resumed_with_last_event_id() {
     assert_eq!(done["id"], 3);
     assert_eq!(tool_output(&done)["roots"][0], "file:///tmp/r");
     resumed.ends().await;
+
+    // Two pushes at once: the stream ends after the first, the second is replayed.
+    let mut post = fx.call(&s, 4, "pair", json!({})).await;
+    let first = post.message().await.unwrap();
+    let last = post.last_id.clone().unwrap();
+    post.ends().await;
+    let mut resumed = Sse::new(fx.get(&s, Some(&last)).await);
+    let second = resumed.message().await.unwrap();
+    let mut methods = [first["method"].as_str(), second["method"].as_str()];
+    methods.sort_unstable();
+    assert_eq!(
+        methods,
+        [Some("elicitation/create"), Some("sampling/createMessage")]
+    );
+    for ask in [&first, &second] {
+        let answer = if ask["method"] == "elicitation/create" {
+            elicit_answer()
+        } else {
+            sample_answer()
+        };
+        fx.answer(&s, ask, answer).await;
+    }
+    let done = resumed.message().await.unwrap();
+    assert_eq!(done["id"], 4);
+    resumed.ends().await;
     fx.stop().await;
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let resumes: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["dir"] == "http" && v["method"] == "GET")
+        .collect();
+    assert_eq!(resumes.len(), 2);
+    assert_eq!(resumes[1]["lastEventId"], last.as_str());
+    assert_eq!(resumes[1]["session"], s.id.as_str());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
