@@ -153,9 +153,9 @@ where
 ///
 /// When the `crash` tool is called the process exits with status 3 straight away.
 pub async fn run(opts: Options) -> io::Result<()> {
-    let (addr, mode, path) = match (opts.http.streamable, opts.http.sse) {
-        (Some(addr), _) => (addr, http::Mode::Streamable, "mcp"),
-        (None, Some(addr)) => (addr, http::Mode::Sse, "sse"),
+    let (addr, sse, path) = match (opts.http.streamable, opts.http.sse) {
+        (Some(addr), _) => (addr, false, "mcp"),
+        (None, Some(addr)) => (addr, true, "sse"),
         (None, None) => return run_stdio(opts).await,
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -171,7 +171,12 @@ pub async fn run(opts: Options) -> io::Result<()> {
         wait_for_signal().await;
         on_signal.cancel();
     });
-    match http::serve(listener, opts, mode, shutdown).await {
+    let outcome = if sse {
+        serve_sse(listener, opts, shutdown).await
+    } else {
+        serve_http(listener, opts, shutdown).await
+    };
+    match outcome {
         Err(err) if is_crash_request(&err) => {
             tracing::warn!("crash tool called; exiting with status 3");
             std::process::exit(3)

@@ -47,7 +47,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which HTTP transport to serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+enum Mode {
     Streamable,
     Sse,
 }
@@ -74,7 +74,7 @@ pub async fn serve_sse(
     serve(listener, opts, Mode::Sse, shutdown).await
 }
 
-pub(crate) async fn serve(
+async fn serve(
     listener: TcpListener,
     opts: Options,
     mode: Mode,
