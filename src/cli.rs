@@ -43,7 +43,7 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
     },
-    /// The built-in legacy MCP server (stdio), as `demo` runs it.
+    /// The built-in legacy MCP server (stdio, or HTTP with --http / --sse), as `demo` runs it.
     #[command(hide = true)]
     LegacyServer(crate::legacy_server::Options),
 }
@@ -83,7 +83,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::LegacyServer(opts) => {
             app::init_tracing(LogFormat::Text, "warn");
             let rt = runtime();
-            let outcome = rt.block_on(crate::legacy_server::run_stdio(opts));
+            let outcome = rt.block_on(crate::legacy_server::run(opts));
             // A blocking stdin read may still be pending; do not wait for it.
             rt.shutdown_timeout(std::time::Duration::from_millis(100));
             match outcome {

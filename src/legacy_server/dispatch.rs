@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::session::{Ctx, InFlight, Shared, lock};
 use super::wire::{
-    self, Direction, INVALID_REQUEST, METHOD_NOT_FOUND, MessageLog, PARSE_ERROR, RpcError,
+    self, Direction, INVALID_REQUEST, METHOD_NOT_FOUND, MessageLog, PARSE_ERROR, RpcError, Sink,
 };
 use super::{
     CrashRequested, LATEST_PROTOCOL_VERSION, Options, SUPPORTED_PROTOCOL_VERSIONS, asks, catalog,
@@ -26,10 +26,10 @@ use super::{
 /// How long teardown waits for queued output to drain before giving up on the writer.
 const WRITER_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub(crate) async fn run<R, W>(input: R, output: W, opts: Options) -> io::Result<()>
+pub(crate) async fn run<R, S>(input: R, output: S, opts: Options) -> io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
+    S: Sink,
 {
     let log = opts
         .log
@@ -275,7 +275,7 @@ impl Connection {
 
     /// Fetches the client's roots into the session cache reported by `list_roots`.
     fn refresh_cached_roots(&mut self) {
-        let ctx = Ctx::new(Arc::clone(&self.shared), None);
+        let ctx = Ctx::new(Arc::clone(&self.shared), None, None);
         self.tasks.spawn(async move {
             match asks::list_roots(&ctx).await {
                 Ok(roots) => ctx.shared.session().cached_roots = Some(roots),
@@ -322,7 +322,7 @@ impl Connection {
         let generation = self.next_generation;
         self.next_generation += 1;
         let progress_token = params.pointer("/_meta/progressToken").cloned();
-        let ctx = Ctx::new(Arc::clone(&self.shared), progress_token);
+        let ctx = Ctx::new(Arc::clone(&self.shared), Some(id.clone()), progress_token);
         let task_key = key.clone();
         // The registry lock is held across the spawn so the task cannot finish and
         // unregister itself before it has been registered.

@@ -81,12 +81,24 @@ impl Shared {
     }
 
     /// Queues a message for the writer; silently dropped once the session is closing.
+    /// Responses carry their own id; use [`Shared::send_for`] for anything made on behalf of
+    /// a client request.
     pub(crate) fn send(&self, msg: Value) {
+        self.send_for(None, msg);
+    }
+
+    /// Queues a message made while handling the client request `origin` (its JSON-RPC id),
+    /// so that transports with one stream per request (Streamable HTTP) can put it on the
+    /// right one.
+    pub(crate) fn send_for(&self, origin: Option<&Value>, msg: Value) {
         if self.closing.load(Ordering::SeqCst) {
             return;
         }
         // The writer only goes away when the session ends, at which point nobody cares.
-        let _ = self.out.send(Outgoing::Message(msg));
+        let _ = self.out.send(Outgoing::Message {
+            msg,
+            origin: origin.cloned(),
+        });
     }
 
     pub(crate) fn shutdown_writer(&self, ack: oneshot::Sender<()>) {
@@ -153,14 +165,22 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub shared: Arc<Shared>,
+    /// The id of the client request being handled; `None` for work the server started on
+    /// its own (the `--roots-on-init` fetch).
+    origin: Option<Value>,
     progress_token: Option<Value>,
     started: AtomicBool,
 }
 
 impl Ctx {
-    pub(crate) fn new(shared: Arc<Shared>, progress_token: Option<Value>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        origin: Option<Value>,
+        progress_token: Option<Value>,
+    ) -> Self {
         Self {
             shared,
+            origin,
             progress_token,
             started: AtomicBool::new(false),
         }
@@ -190,8 +210,10 @@ impl Ctx {
         if self.at_least("2025-03-26") {
             params["message"] = message.into();
         }
-        self.shared
-            .send(wire::notification("notifications/progress", params));
+        self.shared.send_for(
+            self.origin.as_ref(),
+            wire::notification("notifications/progress", params),
+        );
     }
 
     /// Announces that work has begun, once per request, so the client sees progress before
@@ -207,9 +229,11 @@ impl Ctx {
     pub(crate) fn send_request(&self, method: &str, params: Value) -> Outstanding {
         self.announce_start();
         let (id, rx) = self.shared.register();
-        self.shared.send(wire::request(id, method, params));
+        self.shared
+            .send_for(self.origin.as_ref(), wire::request(id, method, params));
         Outstanding {
             shared: Arc::clone(&self.shared),
+            origin: self.origin.clone(),
             id,
             rx,
             settled: false,
@@ -221,6 +245,7 @@ impl Ctx {
 #[derive(Debug)]
 pub(crate) struct Outstanding {
     shared: Arc<Shared>,
+    origin: Option<Value>,
     id: i64,
     rx: oneshot::Receiver<Result<Value, RpcError>>,
     settled: bool,
@@ -248,12 +273,15 @@ impl Drop for Outstanding {
         // Nobody will read the answer any more: free the slot and let the client stop asking
         // its user, as a well-behaved server would.
         self.shared.forget(self.id);
-        self.shared.send(wire::notification(
-            "notifications/cancelled",
-            json!({
-                "requestId": self.id,
-                "reason": "the request that needed this answer was cancelled",
-            }),
-        ));
+        self.shared.send_for(
+            self.origin.as_ref(),
+            wire::notification(
+                "notifications/cancelled",
+                json!({
+                    "requestId": self.id,
+                    "reason": "the request that needed this answer was cancelled",
+                }),
+            ),
+        );
     }
 }

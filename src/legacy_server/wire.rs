@@ -99,40 +99,86 @@ pub(crate) fn notification(method: &str, params: Value) -> Value {
 /// What the writer task is asked to do.
 #[derive(Debug)]
 pub(crate) enum Outgoing {
-    Message(Value),
+    /// A message, with the id of the client request it was made for, if any.
+    Message { msg: Value, origin: Option<Value> },
     /// Flush, shut the output down and acknowledge.
     Shutdown(oneshot::Sender<()>),
 }
 
-/// Owns the output stream so that concurrently running handlers never interleave lines.
-pub(crate) async fn write_loop<W>(
-    mut out: W,
+/// Where the writer task puts outgoing messages.
+pub(crate) trait Sink: Send + 'static {
+    fn put(
+        &mut self,
+        msg: Value,
+        origin: Option<Value>,
+    ) -> impl Future<Output = io::Result<()>> + Send;
+    fn close(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// Newline-delimited JSON on a byte stream (stdio, in-memory pipes).
+#[derive(Debug)]
+pub(crate) struct Lines<W>(pub W);
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Sink for Lines<W> {
+    async fn put(&mut self, msg: Value, _origin: Option<Value>) -> io::Result<()> {
+        let mut line = serde_json::to_string(&msg).map_err(io::Error::other)?;
+        line.push('\n');
+        self.0.write_all(line.as_bytes()).await?;
+        self.0.flush().await
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        self.0.flush().await?;
+        self.0.shutdown().await
+    }
+}
+
+/// An outgoing message and the id of the client request it was made for.
+#[derive(Debug)]
+pub(crate) struct Routed {
+    pub msg: Value,
+    pub origin: Option<Value>,
+}
+
+/// Hands messages, still tagged with their origin, to an HTTP transport.
+#[derive(Debug)]
+pub(crate) struct Channel(pub mpsc::Sender<Routed>);
+
+impl Sink for Channel {
+    async fn put(&mut self, msg: Value, origin: Option<Value>) -> io::Result<()> {
+        self.0
+            .send(Routed { msg, origin })
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "transport closed"))
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Owns the output so that concurrently running handlers never interleave messages.
+pub(crate) async fn write_loop<S: Sink>(
+    mut out: S,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     log: Option<std::sync::Arc<MessageLog>>,
-) -> io::Result<()>
-where
-    W: AsyncWrite + Unpin,
-{
+) -> io::Result<()> {
     while let Some(item) = rx.recv().await {
         match item {
-            Outgoing::Message(msg) => {
-                let mut line = serde_json::to_string(&msg).map_err(io::Error::other)?;
-                line.push('\n');
+            Outgoing::Message { msg, origin } => {
                 if let Some(log) = &log {
                     log.record(Direction::Out, &msg);
                 }
-                out.write_all(line.as_bytes()).await?;
-                out.flush().await?;
+                out.put(msg, origin).await?;
             }
             Outgoing::Shutdown(ack) => {
-                out.flush().await?;
-                out.shutdown().await?;
+                out.close().await?;
                 let _ = ack.send(());
                 return Ok(());
             }
         }
     }
-    out.shutdown().await
+    out.close().await
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -175,13 +221,49 @@ impl MessageLog {
             msg,
             pid: self.pid,
         };
-        let Ok(mut line) = serde_json::to_string(&entry) else {
+        let Ok(line) = serde_json::to_string(&entry) else {
             return;
         };
+        self.append(line);
+    }
+
+    /// Records one HTTP request as received, before any checks.
+    pub(crate) fn record_http(&self, req: &HttpRequestSeen<'_>) {
+        let entry = HttpLogEntry {
+            dir: "http",
+            req,
+            pid: self.pid,
+        };
+        if let Ok(line) = serde_json::to_string(&entry) {
+            self.append(line);
+        }
+    }
+
+    fn append(&self, mut line: String) {
         line.push('\n');
         let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         if let Err(err) = file.write_all(line.as_bytes()) {
             tracing::warn!(%err, "could not append to the message log");
         }
     }
+}
+
+/// What the message log keeps of an HTTP request: the headers tests make assertions on.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HttpRequestSeen<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub session: Option<&'a str>,
+    pub authorization: Option<&'a str>,
+    pub protocol_version: Option<&'a str>,
+    pub last_event_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct HttpLogEntry<'a> {
+    dir: &'static str,
+    #[serde(flatten)]
+    req: &'a HttpRequestSeen<'a>,
+    pid: u32,
 }
