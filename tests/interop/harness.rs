@@ -169,6 +169,8 @@ pub fn start_gateway(backend: &str) -> (Proc, String) {
             .stderr(Stdio::inherit()),
     );
     let url = gateway.announced_url();
+    // Read before the gateway listens; nothing else needs it.
+    let _ = std::fs::remove_file(&config);
     (gateway, url)
 }
 
