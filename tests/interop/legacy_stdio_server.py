@@ -7,8 +7,13 @@ answered.
 
 Usage:
     legacy_stdio_server.py stdio
-    legacy_stdio_server.py streamable-http [--host 127.0.0.1] [--port 8000] [--path /mcp]
-    legacy_stdio_server.py sse [--host 127.0.0.1] [--port 8000]
+    legacy_stdio_server.py streamable-http [--host 127.0.0.1] [--port 0] [--path /mcp]
+    legacy_stdio_server.py sse [--host 127.0.0.1] [--port 0]
+
+Over HTTP the server binds its socket itself (port 0: any free port) and, once uvicorn has
+started, prints one line on stdout, `listening on URL`, with the URL a client connects to
+(`.../mcp` for Streamable HTTP, `.../sse` for HTTP+SSE). A test learns the port from that line,
+so no port is ever guessed.
 
 The tools call the SDK the way its own documentation shows, nothing more: `ctx.elicit` ties
 the elicitation to the tool call, while `create_message` and `list_roots` are sent without a
@@ -19,7 +24,11 @@ stream, which is what real FastMCP servers do and what a gateway has to cope wit
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
+
+import anyio
+import uvicorn
 
 from mcp.server.elicitation import AcceptedElicitation, DeclinedElicitation
 from mcp.server.fastmcp import Context, FastMCP
@@ -60,7 +69,7 @@ async def _roots(ctx: Context) -> str:
 
 
 def build_server(host: str, port: int, path: str) -> FastMCP:
-    """The server with its four tools. Host and port go to the constructor, because FastMCP
+    """The server with its five tools. Host and port go to the constructor, because FastMCP
     derives its DNS-rebinding allow-list from the host it was built with."""
     mcp = FastMCP("interop-legacy", host=host, port=port, streamable_http_path=path, log_level="WARNING")
 
@@ -80,6 +89,14 @@ def build_server(host: str, port: int, path: str) -> FastMCP:
         return await _roots(ctx)
 
     @mcp.tool()
+    async def whoami(ctx: Context) -> str:
+        """The Authorization header of the HTTP request that carried this call, or '<none>'
+        (always '<none>' over stdio): shows what credential the backend was given."""
+        request = ctx.request_context.request
+        header = request.headers.get("authorization") if request is not None else None
+        return header if header is not None else "<none>"
+
+    @mcp.tool()
     async def everything(ctx: Context, message: str = "What is your name?", prompt: str = "Say hello") -> str:
         """Elicit, sample and list roots in sequence within one call; returns 'name|sampled|roots'."""
         name = await _ask_name(ctx, message)
@@ -90,15 +107,49 @@ def build_server(host: str, port: int, path: str) -> FastMCP:
     return mcp
 
 
+async def serve_http(mcp: FastMCP, transport: str, host: str, port: int) -> None:
+    """Serve the FastMCP app the way `FastMCP.run` does (uvicorn, same app), but on a socket
+    bound here, so port 0 works and the real port can be announced once requests are served."""
+    if transport == "streamable-http":
+        app, path = mcp.streamable_http_app(), mcp.settings.streamable_http_path
+    else:
+        app, path = mcp.sse_app(), mcp.settings.sse_path
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    stopped = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await server.serve([sock])
+        finally:
+            stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        # `started` turns true once the app's lifespan ran and the socket listens.
+        while not server.started:
+            if stopped.is_set():
+                raise SystemExit("uvicorn stopped before it started")
+            await anyio.sleep(0.01)
+        print(f"listening on http://{host}:{bound}{path}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("transport", choices=["stdio", "streamable-http", "sse"])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (announced on stdout)")
     parser.add_argument("--path", default="/mcp", help="Streamable HTTP endpoint path")
     args = parser.parse_args(argv)
 
-    build_server(args.host, args.port, args.path).run(args.transport)
+    mcp = build_server(args.host, args.port, args.path)
+    if args.transport == "stdio":
+        mcp.run("stdio")
+    else:
+        anyio.run(serve_http, mcp, args.transport, args.host, args.port)
 
 
 if __name__ == "__main__":

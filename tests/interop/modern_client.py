@@ -5,8 +5,15 @@ so two clients running at once give different answers and a mixed-up reply shows
 every tool of `legacy_stdio_server.py` and checks that each result is exactly what its own
 callbacks answered; it also drives one call by hand to check the raw `input_required` result.
 
+Every request the server sends names the client it belongs to (elicitation messages say
+"for TAG?", sampling prompts end in "prompt-TAG"); a callback that is handed another client's
+request records a failure, so two clients at once prove neither sees the other's requests.
+With `--expect-authorization`, the `whoami` tool must report that the backend received exactly
+this Authorization header value ("<none>": no header) with the call.
+
 Usage:
     modern_client.py URL [--tag alice] [--bearer TOKEN] [--timeout 90]
+                         [--expect-authorization VALUE]
 
 Prints one JSON line (the summary) on stdout. Exit status 0 only if every check passed; on a
 failure the summary lists what differed, and the same is written readably to stderr.
@@ -31,7 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 PROTOCOL = "2026-07-28"
 # The legacy server asks for this many tokens; a gateway must carry it through unchanged.
 EXPECTED_MAX_TOKENS = 50
-EXPECTED_TOOLS = {"ask_name", "ask_llm", "roots", "everything"}
+EXPECTED_TOOLS = {"ask_name", "ask_llm", "roots", "whoami", "everything"}
 
 
 @dataclass
@@ -47,6 +54,13 @@ class Answers:
     def sampled(self, prompt: str) -> str:
         # Echo the prompt so the test also proves the request's messages arrived intact.
         return f"llm-{self.tag}:{prompt}"
+
+    def owns_message(self, message: str) -> bool:
+        """Whether an elicitation message was one this client's calls asked for."""
+        return f"for {self.tag}?" in message
+
+    def owns_prompt(self, prompt: str) -> bool:
+        return prompt.endswith(f"prompt-{self.tag}")
 
     @property
     def roots(self) -> list[str]:
@@ -85,6 +99,8 @@ def make_callbacks(answers: Answers, report: Report) -> dict[str, Any]:
         properties = (params.requested_schema or {}).get("properties", {})
         if "name" not in properties:
             report.fail("elicitation schema asks for name", params.requested_schema)
+        if not answers.owns_message(params.message):
+            report.fail("elicitation belongs to this client", params.message)
         # The tool's message argument chooses the outcome, so every action is exercised.
         if "[decline]" in params.message:
             return types.ElicitResult(action="decline")
@@ -102,6 +118,8 @@ def make_callbacks(answers: Answers, report: Report) -> dict[str, Any]:
         if len(texts) != 1:
             report.fail("sampling carries one text message", [m.model_dump(mode="json") for m in params.messages])
         prompt = texts[0] if texts else ""
+        if not answers.owns_prompt(prompt):
+            report.fail("sampling belongs to this client", prompt)
         return types.CreateMessageResult(
             role="assistant",
             content=types.TextContent(type="text", text=answers.sampled(prompt)),
@@ -128,7 +146,7 @@ def tool_text(result: types.CallToolResult) -> str:
     return texts[0]
 
 
-async def run_checks(client: Client, answers: Answers, report: Report) -> None:
+async def run_checks(client: Client, answers: Answers, report: Report, authorization: str | None) -> None:
     tag = answers.tag
     listed = {tool.name for tool in (await client.list_tools()).tools}
     report.check("tools/list has every tool", sorted(EXPECTED_TOOLS), sorted(EXPECTED_TOOLS & listed))
@@ -160,6 +178,9 @@ async def run_checks(client: Client, answers: Answers, report: Report) -> None:
     )
 
     await check_raw_round(client, answers, report)
+
+    if authorization is not None:
+        await call("backend saw the expected Authorization", "whoami", {}, authorization)
 
     # The automatic calls above: four elicitations, two samplings, two roots lists. More would
     # mean a round was asked twice; fewer that an answer came from somewhere else.
@@ -230,7 +251,7 @@ async def run(args: argparse.Namespace) -> Report:
                     **make_callbacks(answers, report),
                 ) as client:
                     report.check("negotiated protocol", PROTOCOL, client.protocol_version)
-                    await run_checks(client, answers, report)
+                    await run_checks(client, answers, report, args.expect_authorization)
     except TimeoutError:
         report.fail("finished in time", f"gave up after {args.timeout}s")
     except Exception as exc:  # noqa: BLE001 - report the failure as a result, never a bare crash
@@ -244,6 +265,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tag", default="alice", help="makes this client's answers unique")
     parser.add_argument("--bearer", help="send 'Authorization: Bearer TOKEN' on every request")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds for the whole run")
+    parser.add_argument(
+        "--expect-authorization",
+        help="the Authorization value the backend must report from `whoami` ('<none>': no header)",
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()

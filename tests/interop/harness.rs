@@ -1,0 +1,213 @@
+//! What the SDK interop tests share: the Python venvs (built by `setup-venvs.sh` on first use),
+//! child processes that are always killed and reaped, the gateway binary started on a config,
+//! and the modern client script run as one principal.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a child may take to announce where it listens.
+const ANNOUNCE: Duration = Duration::from_secs(30);
+/// How long one modern client run may take; the script gives up on its own well before.
+const CLIENT_RUN: Duration = Duration::from_secs(120);
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The folder holding `venv-legacy` and `venv-modern`, built once per test binary.
+pub fn venvs() -> PathBuf {
+    static READY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let status = Command::new("bash")
+                .arg(root().join("tests/interop/setup-venvs.sh"))
+                .status()
+                .map_err(|e| e.to_string())?;
+            if !status.success() {
+                return Err(format!("setup-venvs.sh failed: {status}"));
+            }
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root().join("target"));
+            Ok(target.join("interop"))
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn legacy_python() -> PathBuf {
+    venvs().join("venv-legacy/bin/python")
+}
+
+pub fn legacy_server_script() -> PathBuf {
+    root().join("tests/interop/legacy_stdio_server.py")
+}
+
+/// A child process that is killed and reaped when dropped, so a failed assertion never leaves
+/// one behind. SIGKILL, not SIGTERM: none of these children has state worth a clean exit, and
+/// a hung uvicorn can ignore SIGTERM.
+#[derive(Debug)]
+pub struct Proc {
+    name: String,
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a child that ran to its end wrote and how it exited.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Proc {
+            name: name.to_owned(),
+            child,
+        }
+    }
+
+    /// Waits for the `... listening on URL` line on the child's (piped) stdout and returns the
+    /// URL. The rest of stdout is drained in the background so the child never blocks on it.
+    pub fn announced_url(&mut self) -> String {
+        let stdout = self
+            .child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("{}: stdout is not piped", self.name));
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout);
+            let mut line = String::new();
+            while matches!(lines.read_line(&mut line), Ok(n) if n > 0) {
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_owned());
+                    break;
+                }
+                line.clear();
+            }
+            let _ = std::io::copy(&mut lines, &mut std::io::sink());
+        });
+        match rx.recv_timeout(ANNOUNCE) {
+            Ok(url) => url,
+            Err(_) => match self.child.try_wait() {
+                Ok(Some(status)) => panic!("{} exited ({status}) before listening", self.name),
+                _ => panic!("{} did not announce its URL in {ANNOUNCE:?}", self.name),
+            },
+        }
+    }
+
+    /// Waits (bounded) for the child to exit and collects its piped stdout and stderr, read
+    /// while it runs so a chatty child cannot fill a pipe and stall.
+    pub fn finish(mut self, within: Duration) -> Finished {
+        let out = drain(self.child.stdout.take());
+        let err = drain(self.child.stderr.take());
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                // Dropping self kills and reaps the child.
+                panic!("{} did not finish in {within:?}", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Finished {
+            status,
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        }
+    }
+}
+
+fn drain(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// The gateway binary serving `backend` (a `[[backend]]` table in TOML), with principals taken
+/// from the `Authorization` header. Returns the process and its endpoint URL.
+pub fn start_gateway(backend: &str) -> (Proc, String) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let config = std::env::temp_dir().join(format!("mrtr-interop-{}-{n}.toml", std::process::id()));
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n[principal]\nsource = \"authorization\"\n\n{backend}"
+    );
+    std::fs::write(&config, text).expect("write config");
+    let mut gateway = Proc::spawn(
+        "gateway",
+        Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let url = gateway.announced_url();
+    // Read before the gateway listens; nothing else needs it.
+    let _ = std::fs::remove_file(&config);
+    (gateway, url)
+}
+
+/// Starts the modern client as a principal of its own (`Authorization: Bearer token-TAG`).
+pub fn run_client(url: &str, tag: &str, extra: &[&str]) -> Proc {
+    Proc::spawn(
+        &format!("client {tag}"),
+        Command::new(venvs().join("venv-modern/bin/python"))
+            .arg(root().join("tests/interop/modern_client.py"))
+            .args([url, "--tag", tag, "--bearer", &bearer(tag)])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+}
+
+/// The Authorization value `run_client` sends for `tag`.
+pub fn bearer_header(tag: &str) -> String {
+    format!("Bearer {}", bearer(tag))
+}
+
+fn bearer(tag: &str) -> String {
+    format!("token-{tag}")
+}
+
+/// Waits for a client and asserts that every one of its checks passed.
+pub fn assert_client_passed(client: Proc, tag: &str) {
+    let out = client.finish(CLIENT_RUN);
+    assert!(
+        out.status.success(),
+        "client {tag} failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap_or("")).expect("summary line");
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert!(summary["passed"].as_u64().unwrap_or(0) >= 4, "{summary}");
+}
