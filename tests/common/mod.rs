@@ -374,3 +374,34 @@ pub fn sampled(text: &str) -> Value {
 pub fn roots(uris: &[&str]) -> Value {
     json!({"roots": uris.iter().map(|u| json!({"uri": u})).collect::<Vec<_>>()})
 }
+
+impl Gateway {
+    /// A gateway from a whole config text (`[server] listen` should be `127.0.0.1:0`); `log` is
+    /// the backend's message log.
+    pub async fn from_config(text: &str, log: PathBuf) -> Gateway {
+        let config =
+            Config::parse(text, None).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+        let running = app::start(config).await.expect("gateway starts");
+        let url = running.urls()[0].clone();
+        let dir = log
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| scratch("gw"));
+        Gateway {
+            running: Some(running),
+            url,
+            log,
+            dir,
+        }
+    }
+
+    /// Upstream sessions open now on the first backend.
+    pub fn open_sessions(&self) -> usize {
+        self.running
+            .as_ref()
+            .expect("running")
+            .bridge()
+            .pool(0)
+            .open_sessions()
+    }
+}

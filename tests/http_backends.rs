@@ -1,0 +1,603 @@
+//! End to end over HTTP backends: a 2026-07-28 client over loopback, the gateway, and the
+//! built-in legacy server run as a real child process serving Streamable HTTP
+//! (`legacy-server --http`) or 2024-11-05 HTTP+SSE (`legacy-server --sse`). Each test drives one
+//! transport behaviour; the fixture's log shows what the backend received, message by message
+//! and HTTP request by HTTP request.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// The built-in legacy server over HTTP, as a child process; killed on drop.
+struct Fixture {
+    child: tokio::process::Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl Fixture {
+    async fn http(flags: &[&str]) -> Fixture {
+        Fixture::start("--http", flags).await
+    }
+
+    async fn sse(flags: &[&str]) -> Fixture {
+        Fixture::start("--sse", flags).await
+    }
+
+    async fn start(mode: &str, flags: &[&str]) -> Fixture {
+        let log = scratch("fixture").join("backend.log");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .arg("legacy-server")
+            .args([mode, "127.0.0.1:0"])
+            .args(flags)
+            .arg("--log")
+            .arg(&log)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the fixture");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the fixture says where it listens")
+            .expect("read stdout")
+            .expect("a line");
+        let url = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .trim()
+            .to_owned();
+        Fixture { child, url, log }
+    }
+
+    fn entries(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// JSON-RPC messages the backend received.
+    fn received(&self) -> Vec<Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["dir"] == "in")
+            .map(|e| e["msg"].clone())
+            .collect()
+    }
+
+    /// HTTP requests the backend received.
+    fn requests(&self) -> Vec<Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["dir"] == "http")
+            .collect()
+    }
+
+    fn count(&self, method: &str) -> usize {
+        self.received()
+            .iter()
+            .filter(|m| m["method"] == method)
+            .count()
+    }
+
+    /// Makes the backend forget every session.
+    async fn expire(&self) {
+        let uri: http::Uri = self.url.parse().expect("url");
+        let control = format!(
+            "http://{}/control/expire",
+            uri.authority().expect("authority")
+        );
+        let reply = Client::new(&control)
+            .post_raw("POST", bytes::Bytes::new(), &[])
+            .await;
+        assert!(reply.status < 300, "expire: {}", reply.status);
+    }
+
+    async fn wait_for(&self, what: &str, pred: impl Fn(&Fixture) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !pred(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}\n{:#?}",
+                self.entries()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// A gateway with one backend of `kind` at `url`; `extra` goes before the backend table,
+/// `backend` into it.
+async fn gateway(
+    kind: &str,
+    url: &str,
+    log: &std::path::Path,
+    extra: &str,
+    backend: &str,
+) -> Gateway {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{extra}\n[[backend]]\nname = \"fixture\"\nkind = \"{kind}\"\nurl = \"{url}\"\npool_max = 64\n{backend}"
+    );
+    Gateway::from_config(&text, log.to_path_buf()).await
+}
+
+async fn over_http(fx: &Fixture) -> Gateway {
+    gateway("http", &fx.url, &fx.log, "", "").await
+}
+
+/// One elicitation round trip; returns the tool's JSON answer.
+async fn elicit_round_trip(c: &Client) -> Value {
+    let caps = json!({"elicitation": {}});
+    let first = c
+        .call_tool("ask_form", json!({"message": "Who?"}), &caps)
+        .await;
+    let key = first.key_for("elicitation/create");
+    assert_eq!(
+        first.result()["inputRequests"][&key]["params"]["message"],
+        "Who?"
+    );
+    c.retry_tool(
+        "ask_form",
+        json!({"message": "Who?"}),
+        &caps,
+        json!({ key: accept(json!({"name": "Ada"})) }),
+        &first.state(),
+    )
+    .await
+    .tool_json()
+}
+
+fn ada() -> Value {
+    json!({"action": "accept", "content": {"name": "Ada"}})
+}
+
+#[tokio::test]
+async fn a_push_on_the_post_stream_becomes_a_round() {
+    let fx = Fixture::http(&[]).await;
+    let gw = over_http(&fx).await;
+    assert_eq!(elicit_round_trip(&gw.client()).await, ada());
+    let posts = fx.requests();
+    let first = posts
+        .iter()
+        .find(|r| r["method"] == "POST")
+        .expect("a POST");
+    assert!(
+        first["session"].is_null(),
+        "initialize carries no session id"
+    );
+    assert!(
+        posts
+            .iter()
+            .filter(|r| r["method"] == "POST")
+            .skip(1)
+            .all(|r| r["session"].is_string() && r["protocolVersion"] == "2025-11-25"),
+        "later requests carry the session id and version: {posts:#?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn pushes_on_the_standalone_get_stream_become_rounds() {
+    let fx = Fixture::http(&["--push-on-get"]).await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    let caps = caps_all();
+    let first = c.call_tool("all_three", json!({}), &caps).await;
+    let mut reply = first;
+    let mut rounds = 0;
+    while reply.result()["resultType"] == "input_required" {
+        rounds += 1;
+        let mut answers = serde_json::Map::new();
+        for key in reply.input_keys() {
+            let method = reply.result()["inputRequests"][&key]["method"].clone();
+            let answer = match method.as_str() {
+                Some("elicitation/create") => accept(json!({"name": "Grace"})),
+                Some("sampling/createMessage") => sampled("sampled text"),
+                _ => roots(&["file:///work"]),
+            };
+            answers.insert(key, answer);
+        }
+        reply = c
+            .retry_tool(
+                "all_three",
+                json!({}),
+                &caps,
+                Value::Object(answers),
+                &reply.state(),
+            )
+            .await;
+    }
+    assert_eq!(rounds, 3);
+    let done = reply.tool_json().to_string();
+    assert!(
+        done.contains("Grace") && done.contains("sampled text") && done.contains("file:///work"),
+        "{done}"
+    );
+    assert!(
+        fx.requests().iter().any(|r| r["method"] == "GET"),
+        "the gateway opened the standalone stream"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_post_stream_closed_early_is_resumed_with_last_event_id() {
+    let fx = Fixture::http(&["--close-post-early"]).await;
+    let gw = over_http(&fx).await;
+    assert_eq!(elicit_round_trip(&gw.client()).await, ada());
+    let resumed: Vec<Value> = fx
+        .requests()
+        .into_iter()
+        .filter(|r| r["method"] == "GET" && r["lastEventId"].is_string())
+        .collect();
+    assert!(
+        !resumed.is_empty(),
+        "a GET with Last-Event-ID: {:#?}",
+        fx.requests()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_the_backend_forgot_between_two_calls_is_replaced_transparently() {
+    let fx = Fixture::http(&[]).await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    let caps = json!({});
+    assert_eq!(
+        c.call_tool("echo", json!({"text": "one"}), &caps)
+            .await
+            .status,
+        200
+    );
+    fx.expire().await;
+    let second = c.call_tool("echo", json!({"text": "two"}), &caps).await;
+    assert!(second.body.get("error").is_none(), "{:#}", second.body);
+    assert_eq!(second.result()["resultType"], "complete");
+    assert_eq!(fx.count("initialize"), 2, "a new session was initialized");
+    // Interactive calls are sent again too.
+    fx.expire().await;
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_lost_while_a_call_is_parked_fails_the_retry_clearly() {
+    let fx = Fixture::http(&[]).await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let first = c.call_tool("ask_form", json!({}), &caps).await;
+    let key = first.key_for("elicitation/create");
+    fx.expire().await;
+    let retry = c
+        .retry_tool(
+            "ask_form",
+            json!({}),
+            &caps,
+            json!({ key: accept(json!({"name": "Ada"})) }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(retry.error_code(), -32001, "{:#}", retry.body);
+    let message = retry.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("fixture"), "names the backend: {message}");
+    // And the next call gets a new session.
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_refusing_connections_gets_a_clear_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let dir = scratch("refused");
+    let gw = gateway(
+        "http",
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &dir.join("none.log"),
+        "",
+        "connect_timeout = \"1s\"\n",
+    )
+    .await;
+    let reply = gw
+        .client()
+        .call_tool("echo", json!({"text": "x"}), &json!({}))
+        .await;
+    assert_eq!(reply.error_code(), -32001);
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("fixture") && message.contains("cannot reach"),
+        "{message}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_too_slow_gets_a_timeout_error() {
+    let fx = Fixture::http(&[]).await;
+    let gw = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "[limits]\nrequest_timeout = \"500ms\"\n",
+        "",
+    )
+    .await;
+    let c = gw.client();
+    let reply = c.call_tool("slow", json!({"ms": 5000}), &json!({})).await;
+    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("in time"), "{message}");
+    // The slow call was cancelled upstream, and the backend still serves others.
+    fx.wait_for("cancelled", |f| f.count("notifications/cancelled") >= 1)
+        .await;
+    assert_eq!(
+        c.call_tool("echo", json!({"text": "x"}), &json!({}))
+            .await
+            .status,
+        200
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn batch_responses_from_a_2025_03_26_server_are_accepted() {
+    for flags in [
+        &["--protocol", "2025-03-26", "--batch-responses"][..],
+        &[
+            "--protocol",
+            "2025-03-26",
+            "--batch-responses",
+            "--json-response",
+        ][..],
+    ] {
+        let fx = Fixture::http(flags).await;
+        let gw = gateway(
+            "http",
+            &fx.url,
+            &fx.log,
+            "",
+            "protocol_version = \"2025-03-26\"\n",
+        )
+        .await;
+        let c = gw.client();
+        let echo = c.call_tool("echo", json!({"text": "hi"}), &json!({})).await;
+        assert_eq!(echo.result()["resultType"], "complete", "{flags:?}");
+        let tools = c.send(&c.body("tools/list", json!({}), &json!({}))).await;
+        assert!(
+            tools.result()["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty())
+        );
+        assert!(
+            fx.requests()
+                .iter()
+                .filter(|r| r["method"] == "POST")
+                .all(|r| r["protocolVersion"].is_null()),
+            "no MCP-Protocol-Version header before 2025-06-18"
+        );
+        gw.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn bad_answers_fail_only_their_call_and_name_the_backend() {
+    let fx = Fixture::http(&[]).await;
+    let gw = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "[limits]\nmax_line_bytes = 65536\nrequest_timeout = \"5s\"\n",
+        "",
+    )
+    .await;
+    let c = gw.client();
+    for (tool, args, hint) in [
+        ("garbage", json!({}), "not JSON-RPC"),
+        ("html", json!({}), "text/html"),
+        ("huge_event", json!({"bytes": 200000}), "over 65536 bytes"),
+        ("stray_response", json!({}), "without answering"),
+    ] {
+        let reply = c.call_tool(tool, args, &json!({})).await;
+        assert_eq!(reply.error_code(), -32001, "{tool}: {:#}", reply.body);
+        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("fixture") && message.contains(hint),
+            "{tool}: {message}"
+        );
+        let echo = c.call_tool("echo", json!({"text": tool}), &json!({})).await;
+        assert_eq!(echo.result()["resultType"], "complete", "after {tool}");
+    }
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_client_credential_reaches_the_backend_only_when_configured() {
+    for (policy, expected) in [
+        ("", Value::Null),
+        ("authorization = \"drop\"\n", Value::Null),
+        ("authorization = \"pass\"\n", json!("Bearer alice")),
+        (
+            "authorization = \"replace\"\nauthorization_value = \"Bearer gateway\"\n",
+            json!("Bearer gateway"),
+        ),
+    ] {
+        let fx = Fixture::http(&[]).await;
+        let gw = gateway("http", &fx.url, &fx.log, "", policy).await;
+        let c = gw.client().with_principal("alice");
+        assert_eq!(elicit_round_trip(&c).await, ada());
+        let seen: Vec<Value> = fx
+            .requests()
+            .iter()
+            .map(|r| r["authorization"].clone())
+            .collect();
+        assert!(!seen.is_empty());
+        assert!(
+            seen.iter().all(|a| *a == expected),
+            "policy {policy:?}: backend saw {seen:?}"
+        );
+        gw.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_session_never_carries_two_principals() {
+    let fx = Fixture::http(&[]).await;
+    let gw = gateway("http", &fx.url, &fx.log, "", "authorization = \"pass\"\n").await;
+    let alice = gw.client().with_principal("alice");
+    let bob = gw.client().with_principal("bob");
+    let (a, b) = tokio::join!(elicit_round_trip(&alice), elicit_round_trip(&bob));
+    assert_eq!((a, b), (ada(), ada()));
+    for _ in 0..3 {
+        alice
+            .call_tool("echo", json!({"text": "x"}), &json!({}))
+            .await;
+        bob.call_tool("echo", json!({"text": "x"}), &json!({}))
+            .await;
+    }
+    let mut by_session: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
+    for r in fx.requests() {
+        if let (Some(s), Some(a)) = (r["session"].as_str(), r["authorization"].as_str()) {
+            by_session
+                .entry(s.to_owned())
+                .or_default()
+                .insert(a.to_owned());
+        }
+    }
+    assert!(by_session.len() >= 2, "{by_session:?}");
+    assert!(
+        by_session.values().all(|creds| creds.len() == 1),
+        "one credential per upstream session: {by_session:?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn idle_sessions_are_deleted_upstream() {
+    let fx = Fixture::http(&[]).await;
+    let gw = gateway("http", &fx.url, &fx.log, "", "idle_timeout = \"200ms\"\n").await;
+    gw.client()
+        .call_tool("echo", json!({"text": "x"}), &json!({}))
+        .await;
+    fx.wait_for("a DELETE", |f| {
+        f.requests().iter().any(|r| r["method"] == "DELETE")
+    })
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_bridge_works_the_same_over_http() {
+    let fx = Fixture::http(&[]).await;
+    let gw = gateway("http", &fx.url, &fx.log, "[state]\npark_ttl = \"1s\"\n", "").await;
+    let c = gw.client();
+    // Coalescing: two pushes at once are one round.
+    let pair = c.call_tool("pair", json!({}), &caps_all()).await;
+    assert_eq!(pair.input_keys().len(), 2, "{:#}", pair.body);
+    // -32042 becomes a URL round.
+    let caps = json!({"elicitation": {"url": {}}});
+    let url = c.call_tool("url_required", json!({}), &caps).await;
+    assert_eq!(url.result()["resultType"], "input_required");
+    // A push the client did not declare is refused upstream, never shown.
+    let undeclared = c.call_tool("sample", json!({}), &json!({})).await;
+    assert!(undeclared.body.get("result").is_some() || undeclared.body.get("error").is_some());
+    assert_ne!(undeclared.body["result"]["resultType"], "input_required");
+    // Expiry: the parked pair is abandoned and the backend hears cancel.
+    fx.wait_for("cancelled after park_ttl", |f| {
+        f.count("notifications/cancelled") >= 1
+    })
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_2024_11_05_sse_backend_serves_every_kind_of_push() {
+    let fx = Fixture::sse(&[]).await;
+    let gw = gateway(
+        "sse",
+        &fx.url,
+        &fx.log,
+        "",
+        "protocol_version = \"2024-11-05\"\n",
+    )
+    .await;
+    let c = gw.client();
+    let caps = json!({"sampling": {}, "roots": {}});
+    let first = c.call_tool("sample", json!({}), &caps).await;
+    let key = first.key_for("sampling/createMessage");
+    let done = c
+        .retry_tool(
+            "sample",
+            json!({}),
+            &caps,
+            json!({ key: sampled("from the client") }),
+            &first.state(),
+        )
+        .await;
+    assert!(done.tool_json().to_string().contains("from the client"));
+    let first = c.call_tool("list_roots", json!({}), &caps).await;
+    let key = first.key_for("roots/list");
+    let done = c
+        .retry_tool(
+            "list_roots",
+            json!({}),
+            &caps,
+            json!({ key: roots(&["file:///a"]) }),
+            &first.state(),
+        )
+        .await;
+    assert!(done.tool_json().to_string().contains("file:///a"));
+    // The stream drops: the next call initializes a new session.
+    fx.expire().await;
+    let mut echo = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
+    if echo.body.get("error").is_some() {
+        // The drop may be noticed by this call; the one after runs on a new session.
+        echo = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
+    }
+    assert_eq!(echo.result()["resultType"], "complete");
+    assert!(fx.count("initialize") >= 2);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_sse_backend_that_never_names_its_endpoint_gets_a_clear_error() {
+    let fx = Fixture::sse(&["--no-endpoint"]).await;
+    let gw = gateway(
+        "sse",
+        &fx.url,
+        &fx.log,
+        "[limits]\nrequest_timeout = \"500ms\"\n",
+        "",
+    )
+    .await;
+    let reply = gw
+        .client()
+        .call_tool("echo", json!({"text": "x"}), &json!({}))
+        .await;
+    assert_eq!(reply.error_code(), -32001);
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("fixture") && message.contains("endpoint"),
+        "{message}"
+    );
+    gw.stop().await;
+}
