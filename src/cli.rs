@@ -1,5 +1,5 @@
-//! The command line: `serve`, `check`, `keygen`, `demo`, and the built-in legacy server that
-//! `demo` runs as its backend.
+//! The command line: `serve`, `check`, `keygen`, `health`, `demo`, and the built-in legacy server
+//! that `demo` runs as its backend.
 
 use crate::app;
 use crate::config::{Config, LogFormat};
@@ -38,6 +38,11 @@ pub enum Command {
         #[arg(long, default_value = "k1")]
         id: String,
     },
+    /// Exit 0 if a gateway's admin endpoint answers 200 within 2 s (the image's HEALTHCHECK).
+    Health {
+        #[arg(long, default_value = crate::probe::DEFAULT_URL)]
+        url: http::Uri,
+    },
     /// Run the gateway on 127.0.0.1:8080 in front of the built-in legacy server.
     Demo {
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -72,6 +77,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+        Command::Health { url } => crate::probe::run(&url),
         Command::Serve { config } => match Config::load(&config) {
             Ok(c) => serve(c, false),
             Err(e) => config_error(&e),

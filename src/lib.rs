@@ -20,8 +20,8 @@
 //! Modules: [`config`] (TOML -> validated `Config`), [`jsonrpc`] (message model and limits),
 //! [`protocol`] (MCP era knowledge), [`downstream`] (the modern HTTP face), [`upstream`] (legacy
 //! sessions and the pool), [`bridge`] (calls, parking, resume, expiry), [`seal`] (the only
-//! crypto), [`sse`], [`app`] (wiring and shutdown), [`cli`], and [`legacy_server`] (the built-in
-//! legacy server used by `demo` and the tests).
+//! crypto), [`sse`], [`app`] (wiring and shutdown), [`cli`], [`probe`] (the `health` command), and
+//! [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -31,6 +31,7 @@ pub mod config;
 pub mod downstream;
 pub mod jsonrpc;
 pub mod legacy_server;
+pub mod probe;
 pub mod protocol;
 pub mod seal;
 pub mod sse;

@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+#
+# The mrtr-gateway image: the binary only, on a distroless runtime (no shell, no package
+# manager), running as a non-root user. Mount a config at /etc/mrtr-gateway/gateway.toml.
+#
+#   docker build -t mrtr-gateway:0.1.0 .
+#   docker run --rm -p 8080:8080 -p 9090:9090 \
+#     -v "$PWD/gateway.toml:/etc/mrtr-gateway/gateway.toml:ro" mrtr-gateway:0.1.0
+#
+# deploy/README.md explains the Kubernetes manifests and how to derive an image that also
+# carries a stdio legacy server.
+
+FROM rust:1-slim-bookworm AS builder
+WORKDIR /build
+
+# Build the dependencies alone first, against stub sources: this layer is reused until
+# Cargo.toml or Cargo.lock change, so editing src/ recompiles only the crate itself.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs \
+ && cargo build --release --locked \
+ && rm -rf src
+
+COPY src ./src
+# COPY keeps the build context's mtimes, which can be older than the stubs' build artefacts;
+# touching the roots makes cargo rebuild the crate from the real sources.
+RUN touch src/main.rs src/lib.rs \
+ && cargo build --release --locked --bin mrtr-gateway
+
+# cc: glibc and libgcc, which the binary links against; :nonroot runs as uid/gid 65532.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=builder /build/target/release/mrtr-gateway /usr/local/bin/mrtr-gateway
+USER 65532:65532
+# 8080: the MCP endpoint ([server] listen); 9090: /healthz, /readyz, /metrics ([admin] listen).
+EXPOSE 8080 9090
+# No curl here: the binary probes its own admin listener (exit 0 only on 200 within 2 s).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["/usr/local/bin/mrtr-gateway", "health", "--url", "http://127.0.0.1:9090/healthz"]
+ENTRYPOINT ["/usr/local/bin/mrtr-gateway"]
+CMD ["serve", "--config", "/etc/mrtr-gateway/gateway.toml"]

