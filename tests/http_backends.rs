@@ -441,9 +441,15 @@ async fn the_client_credential_reaches_the_backend_only_when_configured() {
         ),
     ] {
         let fx = Fixture::http(&[]).await;
-        let gw = gateway("http", &fx.url, &fx.log, "", policy).await;
+        let backend = format!("{policy}headers = {{ \"X-Team\" = \"blue\" }}\n");
+        let gw = gateway("http", &fx.url, &fx.log, "", &backend).await;
         let c = gw.client().with_principal("alice");
         assert_eq!(elicit_round_trip(&c).await, ada());
+        assert!(
+            fx.requests().iter().all(|r| r["extra"]["x-team"] == "blue"),
+            "configured headers go on every request: {:#?}",
+            fx.requests()
+        );
         let seen: Vec<Value> = fx
             .requests()
             .iter()

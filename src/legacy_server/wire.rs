@@ -258,6 +258,8 @@ pub(crate) struct HttpRequestSeen<'a> {
     pub authorization: Option<&'a str>,
     pub protocol_version: Option<&'a str>,
     pub last_event_id: Option<&'a str>,
+    /// Every `x-*` header, lowercase name to value.
+    pub extra: std::collections::BTreeMap<&'a str, &'a str>,
 }
 
 #[derive(Serialize)]

@@ -586,7 +586,24 @@ async fn run<T: Transport>(
     let reason = loop {
         let held = router.next_deadline();
         tokio::select! {
-            _ = shutdown.cancelled() => break "the gateway is shutting down".to_owned(),
+            _ = shutdown.cancelled() => {
+                // Answers and notifications already queued (an abandoned call's cancel) still go out.
+                while let Ok(cmd) = cmds.try_recv() {
+                    let msg = match cmd {
+                        Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
+                        Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
+                        Cmd::Request { reply, .. } => {
+                            let _ = reply.send(Err(Error::ShuttingDown));
+                            continue;
+                        }
+                        Cmd::Forget { .. } => continue,
+                    };
+                    if transport.send(msg).await.is_err() {
+                        break;
+                    }
+                }
+                break "the gateway is shutting down".to_owned();
+            }
             _ = async { tokio::time::sleep_until(held.expect("guarded")).await }, if held.is_some() => {
                 if let Err(e) = send_all(&mut transport, router.expire_held(Instant::now())).await {
                     break e;

@@ -311,6 +311,11 @@ impl Server {
             authorization: header_str(headers, "authorization"),
             protocol_version: header_str(headers, "mcp-protocol-version"),
             last_event_id: header_str(headers, "last-event-id"),
+            extra: headers
+                .iter()
+                .filter(|(name, _)| name.as_str().starts_with("x-"))
+                .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+                .collect(),
         });
     }
 
