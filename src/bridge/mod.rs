@@ -220,17 +220,24 @@ impl Bridge {
         req: &Request,
         interactive: bool,
     ) -> Result<(upstream::Lease, upstream::Call), ErrorObject> {
-        let lease = self
-            .lease(backend, req, interactive)
-            .await
-            .map_err(|e| upstream_error(&e))?;
         let params = upstream_params(&req.params, &req.meta);
-        let call = lease
-            .session()
-            .request(&req.method, Some(params), interactive)
-            .await
-            .map_err(|e| upstream_error(&e))?;
-        Ok((lease, call))
+        let mut fresh = false;
+        loop {
+            let lease = self
+                .lease(backend, req, interactive)
+                .await
+                .map_err(|e| upstream_error(&e))?;
+            match lease
+                .session()
+                .request(&req.method, Some(params.clone()), interactive)
+                .await
+            {
+                Ok(call) => return Ok((lease, call)),
+                // The session ended between the lease and the request, which never went out.
+                Err(_) if !fresh && !lease.session().is_alive() => fresh = true,
+                Err(e) => return Err(upstream_error(&e)),
+            }
+        }
     }
 
     /// `server/discover`, built from the backend's `initialize` result.
