@@ -296,7 +296,8 @@ impl Bridge {
     }
 }
 
-/// Params for the backend: the client's, without MRTR fields or 2026 `_meta` keys.
+/// Params for the backend: the client's, without MRTR fields or 2026 `_meta` keys. The progress
+/// token, the W3C trace context and keys outside the MCP namespace are carried over in `_meta`.
 pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -> Value {
     let mut p = params.clone();
     p.remove("inputResponses");
@@ -305,6 +306,18 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
     let mut m = meta.other.clone();
     if let Some(token) = &meta.progress_token {
         m.insert("progressToken".into(), token.clone());
+    }
+    if let Some(trace) = &meta.trace {
+        m.insert(
+            protocol::meta::TRACEPARENT.into(),
+            Value::String(trace.traceparent.clone()),
+        );
+        if let Some(state) = &trace.tracestate {
+            m.insert(
+                protocol::meta::TRACESTATE.into(),
+                Value::String(state.clone()),
+            );
+        }
     }
     if !m.is_empty() {
         p.insert("_meta".into(), Value::Object(m));
