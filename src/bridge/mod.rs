@@ -10,6 +10,7 @@ pub mod park;
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
+use crate::metrics::Metrics;
 use crate::protocol::caps::Declared;
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// What the client is told, in order: notifications, then the outcome.
 #[derive(Debug)]
@@ -53,6 +55,7 @@ pub struct Bridge {
     pub(crate) keys: Arc<KeyRing>,
     pub(crate) parks: Arc<park::Registry>,
     pub(crate) tasks: TaskTracker,
+    pub(crate) metrics: Arc<Metrics>,
     /// Cancelled first at shutdown: parked calls are abandoned while sessions still run.
     pub(crate) shutdown: CancellationToken,
     /// Cancelled last: upstream sessions and their children stop.
@@ -60,7 +63,12 @@ pub struct Bridge {
 }
 
 impl Bridge {
+    /// An engine whose metrics are registered nowhere.
     pub fn new(config: Arc<Config>) -> Arc<Bridge> {
+        Bridge::with_metrics(config, Arc::new(Metrics::unregistered()))
+    }
+
+    pub fn with_metrics(config: Arc<Config>, metrics: Arc<Metrics>) -> Arc<Bridge> {
         let sessions = CancellationToken::new();
         let rules = upstream::session::Rules {
             static_roots: Arc::new(config.static_roots.clone()),
@@ -75,6 +83,7 @@ impl Bridge {
                     config.limits.clone(),
                     rules.clone(),
                     sessions.child_token(),
+                    metrics.pool(&b.name),
                 )
             })
             .collect();
@@ -84,6 +93,7 @@ impl Bridge {
             pools,
             parks: Arc::new(park::Registry::default()),
             tasks: TaskTracker::new(),
+            metrics,
             shutdown: CancellationToken::new(),
             sessions,
         })
@@ -117,18 +127,35 @@ impl Bridge {
         &self.pools[backend]
     }
 
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Brings the gauges that mirror engine state (parked calls, sessions) up to date; called
+    /// before each scrape, so nothing has to track them on every change.
+    pub fn refresh_gauges(&self) {
+        self.metrics.set_parked(self.parked());
+        for pool in &self.pools {
+            for (state, n) in pool.session_states() {
+                self.metrics.set_sessions(&pool.backend().name, state, n);
+            }
+        }
+    }
+
     /// Starts serving one request; the receiver yields its replies.
     pub fn handle(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
         let bridge = self.clone();
-        self.tasks.spawn(async move {
+        // The work runs in the caller's span (the downstream request), so its logs carry it.
+        let task = async move {
             if protocol::is_mrtr_method(&req.method) {
                 call::serve(bridge, backend, req, tx).await;
             } else {
                 let outcome = bridge.plain(backend, req).await;
                 let _ = tx.send(Reply::Done(outcome)).await;
             }
-        });
+        };
+        self.tasks.spawn(task.instrument(tracing::Span::current()));
         rx
     }
 
@@ -150,6 +177,7 @@ impl Bridge {
             return Ok(self.discover(lease.session().info()));
         }
         let params = upstream_params(&req.params, &req.meta);
+        let sent = tokio::time::Instant::now();
         let mut call = lease
             .session()
             .request(&req.method, Some(params), false)
@@ -158,7 +186,11 @@ impl Bridge {
         let outcome = tokio::time::timeout(self.config.limits.request_timeout, async {
             loop {
                 match call.events.recv().await {
-                    Some(upstream::CallEvent::Response(outcome)) => return outcome,
+                    Some(upstream::CallEvent::Response(outcome)) => {
+                        self.metrics
+                            .upstream_duration(lease.session().backend(), sent.elapsed());
+                        return outcome;
+                    }
                     Some(upstream::CallEvent::Closed(reason)) => {
                         return Err(ErrorObject::new(
                             jsonrpc::BACKEND_FAILED,

@@ -7,6 +7,7 @@ use super::Error;
 use super::session::{Rules, Session};
 use super::stdio::{self, Start};
 use crate::config::{Backend, Limits, Transport};
+use crate::metrics::{PoolMetrics, SessionEnd, SessionState};
 use crate::protocol::caps::Declared;
 use crate::seal::Digest;
 use serde_json::{Map, Value};
@@ -46,6 +47,7 @@ pub struct Pool {
     slots: Mutex<Slots>,
     freed: Notify,
     shutdown: CancellationToken,
+    metrics: PoolMetrics,
 }
 
 /// A session lent to one call; returned to the pool on drop.
@@ -91,6 +93,7 @@ impl Pool {
         limits: Limits,
         rules: Rules,
         shutdown: CancellationToken,
+        metrics: PoolMetrics,
     ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             backend,
@@ -99,6 +102,7 @@ impl Pool {
             slots: Mutex::new(Slots::default()),
             freed: Notify::new(),
             shutdown,
+            metrics,
         });
         let reaper = Arc::downgrade(&pool);
         let every = (pool.backend.idle_timeout / 4).max(std::time::Duration::from_millis(50));
@@ -122,13 +126,18 @@ impl Pool {
 
     /// Leases a session for `want`, starting one if the pool has room.
     pub async fn acquire(self: &Arc<Self>, want: Want<'_>) -> Result<Lease, Error> {
-        let deadline = Instant::now() + self.limits.queue_wait;
+        let queued = Instant::now();
+        let deadline = queued + self.limits.queue_wait;
         loop {
             if self.shutdown.is_cancelled() {
                 return Err(Error::ShuttingDown);
             }
             let notified = self.freed.notified();
-            match self.try_take(&want) {
+            let taken = self.try_take(&want);
+            if !matches!(taken, Taken::Wait) {
+                self.metrics.queue_wait(queued.elapsed());
+            }
+            match taken {
                 Taken::Lease(session) => {
                     return Ok(Lease {
                         pool: self.clone(),
@@ -140,6 +149,7 @@ impl Pool {
                 Taken::Start => return self.start(&want).await,
                 Taken::Wait => {
                     if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        self.metrics.queue_wait(queued.elapsed());
                         return Err(Error::Busy(self.backend.name.clone()));
                     }
                 }
@@ -149,9 +159,13 @@ impl Pool {
 
     fn try_take(&self, want: &Want<'_>) -> Taken {
         let mut slots = self.slots.lock().expect("pool lock");
-        slots
-            .live
-            .retain(|s| s.session.is_alive() || s.interactive || s.shared > 0);
+        slots.live.retain(|s| {
+            let keep = s.session.is_alive() || s.interactive || s.shared > 0;
+            if !keep {
+                self.metrics.ended(SessionEnd::Lost);
+            }
+            keep
+        });
         let found = slots.live.iter_mut().find(|s| {
             s.key == want.key
                 && !s.retired
@@ -180,6 +194,7 @@ impl Pool {
             .map(|(i, _)| i);
         if let Some(i) = idle {
             slots.live.swap_remove(i);
+            self.metrics.ended(SessionEnd::Evicted);
             slots.starting += 1;
             return Taken::Start;
         }
@@ -226,6 +241,7 @@ impl Pool {
         slots.starting -= 1;
         match started {
             Ok(session) => {
+                self.metrics.started();
                 slots.live.push(Slot {
                     key: want.key,
                     session: session.clone(),
@@ -260,10 +276,16 @@ impl Pool {
                 slot.shared = slot.shared.saturating_sub(1);
             }
             slot.idle_since = Instant::now();
-            slot.retired |= retire || !slot.session.is_alive();
+            let alive = slot.session.is_alive();
+            slot.retired |= retire || !alive;
             if slot.retired && !slot.interactive && slot.shared == 0 {
                 // Dropping the last handle closes the session task and its child.
                 slots.live.swap_remove(i);
+                self.metrics.ended(if alive {
+                    SessionEnd::Retired
+                } else {
+                    SessionEnd::Lost
+                });
             }
         }
         drop(slots);
@@ -275,10 +297,20 @@ impl Pool {
         let mut slots = self.slots.lock().expect("pool lock");
         let before = slots.live.len();
         slots.live.retain(|s| {
-            let busy = s.interactive || s.shared > 0;
-            busy || (s.session.is_alive()
-                && !s.retired
-                && now.duration_since(s.idle_since) < self.backend.idle_timeout)
+            if s.interactive || s.shared > 0 {
+                return true;
+            }
+            let end = if !s.session.is_alive() {
+                SessionEnd::Lost
+            } else if s.retired {
+                SessionEnd::Retired
+            } else if now.duration_since(s.idle_since) >= self.backend.idle_timeout {
+                SessionEnd::Idle
+            } else {
+                return true;
+            };
+            self.metrics.ended(end);
+            false
         });
         let closed = before - slots.live.len();
         drop(slots);
@@ -291,6 +323,24 @@ impl Pool {
     /// Sessions now open (for tests and metrics).
     pub fn open_sessions(&self) -> usize {
         self.slots.lock().expect("pool lock").live.len()
+    }
+
+    /// Sessions by what they are doing now, for the `upstream_sessions` gauge.
+    pub fn session_states(&self) -> [(SessionState, usize); 4] {
+        let slots = self.slots.lock().expect("pool lock");
+        let count = |f: &dyn Fn(&Slot) -> bool| slots.live.iter().filter(|s| f(s)).count();
+        [
+            (SessionState::Starting, slots.starting),
+            (
+                SessionState::Idle,
+                count(&|s| !s.interactive && s.shared == 0),
+            ),
+            (
+                SessionState::Shared,
+                count(&|s| !s.interactive && s.shared > 0),
+            ),
+            (SessionState::Interactive, count(&|s| s.interactive)),
+        ]
     }
 }
 
