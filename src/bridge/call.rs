@@ -75,8 +75,7 @@ impl Drop for Task {
 /// What ended a park.
 enum Woke {
     Retry(Box<Resume>),
-    Expired,
-    Shutdown,
+    Abandon(AbandonReason),
 }
 
 /// Serves one MRTR-capable request: a fresh call, or a retry of a parked one.
@@ -301,11 +300,11 @@ impl Task {
 
             let woke = loop {
                 tokio::select! {
-                    _ = self.bridge.shutdown.cancelled() => break Woke::Shutdown,
-                    _ = tokio::time::sleep_until(deadline) => break Woke::Expired,
+                    _ = self.bridge.shutdown.cancelled() => break Woke::Abandon(AbandonReason::Shutdown),
+                    _ = tokio::time::sleep_until(deadline) => break Woke::Abandon(AbandonReason::Expired),
                     resume = resume_rx.recv() => {
-                        // The sender lives in `self`'s park entry; it cannot close while we wait.
-                        let Some(resume) = resume else { break Woke::Expired };
+                        // `resume_tx` is alive in this function, so the channel never ends here.
+                        let Some(resume) = resume else { break Woke::Abandon(AbandonReason::Expired) };
                         if resume.round != self.round {
                             self.bridge.metrics.state_failure(StateFailure::StaleRound);
                             let _ = resume.reply.send(Reply::Done(Err(invalid_state()))).await;
@@ -330,12 +329,7 @@ impl Task {
             self.parked_for += parked_at.elapsed();
             let resume = match woke {
                 Woke::Retry(resume) => *resume,
-                Woke::Expired | Woke::Shutdown => {
-                    let reason = if matches!(woke, Woke::Shutdown) {
-                        AbandonReason::Shutdown
-                    } else {
-                        AbandonReason::Expired
-                    };
+                Woke::Abandon(reason) => {
                     self.bridge.metrics.abandoned(reason);
                     tracing::info!(park = %park, round = self.round, reason = reason.as_str(), "parked call abandoned");
                     self.abandon(match reason {
