@@ -2,12 +2,15 @@
 //! connections (bounded by `server.max_connections`) until shutdown, then drains: connections
 //! finish their in-flight requests, calls are abandoned explicitly, sessions and children stop.
 
+use crate::admin::{self, Admin};
 use crate::bridge::Bridge;
 use crate::config::{Config, LogFormat};
 use crate::downstream;
+use crate::metrics::Metrics;
 use anyhow::Context;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -23,6 +26,15 @@ pub struct Running {
     bridge: Arc<Bridge>,
     stop: CancellationToken,
     done: JoinHandle<()>,
+    admin: Option<AdminTask>,
+}
+
+/// The admin listener's task; it outlives the drain so `/readyz` can say 503 throughout.
+#[derive(Debug)]
+struct AdminTask {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    done: JoinHandle<()>,
 }
 
 impl Running {
@@ -32,6 +44,11 @@ impl Running {
 
     pub fn bridge(&self) -> &Arc<Bridge> {
         &self.bridge
+    }
+
+    /// Address of the admin listener, if `[admin] listen` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.addr)
     }
 
     /// URL of each backend's endpoint.
@@ -48,6 +65,10 @@ impl Running {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.done.await;
+        if let Some(admin) = self.admin {
+            admin.stop.cancel();
+            let _ = admin.done.await;
+        }
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts down.
@@ -70,10 +91,45 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match config.admin.listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on {a} (admin)"))?,
+        ),
+        None => None,
+    };
     let grace = config.server.shutdown_grace;
     let max_connections = config.server.max_connections;
-    let bridge = Bridge::new(Arc::new(config));
+    let admin_connections = config.admin.max_connections;
+    let mut registry = Registry::with_prefix("mrtr");
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let bridge = Bridge::with_metrics(Arc::new(config), metrics);
     let stop = CancellationToken::new();
+    let admin = match admin_listener {
+        Some(listener) => {
+            let addr = listener.local_addr()?;
+            let state = Arc::new(Admin {
+                registry: Arc::new(registry),
+                bridge: bridge.clone(),
+                draining: stop.clone(),
+            });
+            let admin_stop = CancellationToken::new();
+            let done = tokio::spawn(admin::serve(
+                listener,
+                state,
+                admin_stop.clone(),
+                admin_connections,
+            ));
+            tracing::info!(%addr, "admin listening (/metrics, /healthz, /readyz)");
+            Some(AdminTask {
+                addr,
+                stop: admin_stop,
+                done,
+            })
+        }
+        None => None,
+    };
     let done = tokio::spawn(accept_loop(
         listener,
         bridge.clone(),
@@ -86,6 +142,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         bridge,
         stop,
         done,
+        admin,
     })
 }
 

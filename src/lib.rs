@@ -20,10 +20,12 @@
 //! Modules: [`config`] (TOML -> validated `Config`), [`jsonrpc`] (message model and limits),
 //! [`protocol`] (MCP era knowledge), [`downstream`] (the modern HTTP face), [`upstream`] (legacy
 //! sessions and the pool), [`bridge`] (calls, parking, resume, expiry), [`seal`] (the only
-//! crypto), [`sse`], [`app`] (wiring and shutdown), [`cli`], [`probe`] (the `health` command), and
-//! [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
+//! crypto), [`sse`], [`metrics`] (typed Prometheus metrics), [`admin`] (the `/metrics`,
+//! `/healthz`, `/readyz` listener), [`app`] (wiring and shutdown), [`cli`], [`probe`] (the `health`
+//! command), and [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod app;
 pub mod bridge;
 pub mod cli;
@@ -31,6 +33,7 @@ pub mod config;
 pub mod downstream;
 pub mod jsonrpc;
 pub mod legacy_server;
+pub mod metrics;
 pub mod probe;
 pub mod protocol;
 pub mod seal;

@@ -8,6 +8,7 @@
 use super::park::{Entry, Handle, Resume};
 use super::{Bridge, Reply, Request, invalid_state, upstream_error, upstream_params};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
+use crate::metrics::{AbandonReason, RetryReason, RetryResult, StateFailure};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
 use crate::protocol::meta::RequestMeta;
@@ -60,6 +61,25 @@ struct Task {
     reissue: bool,
     /// An outcome reached while parked, returned on the retry.
     outcome: Option<Result<Value, ErrorObject>>,
+    /// When the current upstream request was written.
+    sent: Instant,
+    /// Time parked since `sent` (rounds already resumed).
+    parked_for: Duration,
+    /// Since when the call is parked, if it is.
+    parked_since: Option<Instant>,
+}
+
+impl Drop for Task {
+    // Every way a call ends (result, error, abandonment) drops its task exactly once.
+    fn drop(&mut self) {
+        self.bridge.metrics.call_rounds(self.round);
+    }
+}
+
+/// What ended a park.
+enum Woke {
+    Retry(Box<Resume>),
+    Abandon(AbandonReason),
 }
 
 /// Serves one MRTR-capable request: a fresh call, or a retry of a parked one.
@@ -74,6 +94,9 @@ pub(super) async fn serve(
     match (state, responses) {
         (Some(state), responses) => resume(&bridge, req, state, responses, reply).await,
         (None, Some(_)) => {
+            bridge
+                .metrics
+                .retry(RetryResult::Rejected, RetryReason::InvalidResponses);
             let e = ErrorObject::new(
                 INVALID_PARAMS,
                 "inputResponses needs the requestState it answers",
@@ -87,6 +110,7 @@ pub(super) async fn serve(
 async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::Sender<Reply>) {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
+    let sent = Instant::now();
     let (lease, call) = match bridge.issue(backend, &req, interactive).await {
         Ok(issued) => issued,
         Err(e) => {
@@ -113,6 +137,9 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
         round: 0,
         reissue: false,
         outcome: None,
+        sent,
+        parked_for: Duration::ZERO,
+        parked_since: None,
         bridge,
     };
     task.run(reply).await;
@@ -126,7 +153,9 @@ async fn resume(
     reply: mpsc::Sender<Reply>,
 ) {
     let refuse = |e: ErrorObject| Reply::Done(Err(e));
+    let metrics = &bridge.metrics;
     let Some(state) = state.as_str() else {
+        metrics.state_failure(StateFailure::Malformed);
         let _ = reply.send(refuse(invalid_state())).await;
         return;
     };
@@ -134,6 +163,7 @@ async fn resume(
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
         Some(_) => {
+            metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
             let _ = reply
                 .send(refuse(ErrorObject::new(
                     INVALID_PARAMS,
@@ -143,10 +173,18 @@ async fn resume(
             return;
         }
     };
-    let Some((claims, handle)) = check_state(bridge, &req, state) else {
-        let _ = reply.send(refuse(invalid_state())).await;
-        return;
+    let (claims, handle) = match check_state(bridge, &req, state) {
+        Ok(found) => found,
+        Err(failed) => {
+            tracing::debug!(check = failed.as_str(), "requestState refused");
+            metrics.state_failure(failed);
+            let _ = reply.send(refuse(invalid_state())).await;
+            return;
+        }
     };
+    let span = tracing::Span::current();
+    span.record("park", tracing::field::display(claims.park));
+    span.record("round", claims.round);
     let resume = Resume {
         round: claims.round,
         responses,
@@ -156,22 +194,39 @@ async fn resume(
     };
     if handle.resume.send(resume).await.is_err() {
         // The park ended between lookup and hand-over.
+        metrics.state_failure(StateFailure::UnknownPark);
         let _ = reply.send(refuse(invalid_state())).await;
     }
 }
 
-/// Opens and checks a requestState; every failure looks the same to the client.
-fn check_state(bridge: &Bridge, req: &Request, state: &str) -> Option<(Claims, Handle)> {
-    let claims = bridge.keys.open(state).ok()?;
-    let fresh = claims.expires_at_ms > now_ms();
-    let same_principal = claims.principal == req.principal;
-    let same_request = claims.request == Bridge::request_digest(&req.method, &req.params);
-    let ours = claims.owner == bridge.config.state.owner;
-    if !(fresh && same_principal && same_request && ours) {
-        return None;
+/// Opens and checks a requestState. The caller learns which check failed, for the metric; the
+/// client gets the same error whatever it was.
+fn check_state(
+    bridge: &Bridge,
+    req: &Request,
+    state: &str,
+) -> Result<(Claims, Handle), StateFailure> {
+    let claims = bridge
+        .keys
+        .open(state)
+        .map_err(|e| StateFailure::from(e.0))?;
+    if claims.owner != bridge.config.state.owner {
+        return Err(StateFailure::Owner);
     }
-    let handle = bridge.parks.get(&claims.park)?;
-    Some((claims, handle))
+    if claims.principal != req.principal {
+        return Err(StateFailure::Principal);
+    }
+    if claims.request != Bridge::request_digest(&req.method, &req.params) {
+        return Err(StateFailure::Request);
+    }
+    if claims.expires_at_ms <= now_ms() {
+        return Err(StateFailure::Expired);
+    }
+    let handle = bridge
+        .parks
+        .get(&claims.park)
+        .ok_or(StateFailure::UnknownPark)?;
+    Ok((claims, handle))
 }
 
 fn now_ms() -> u64 {
@@ -226,25 +281,34 @@ impl Task {
                 }
             }
             let park = entry.as_ref().expect("parked").id;
-            let deadline = Instant::now() + self.bridge.config.state.park_ttl;
+            let parked_at = Instant::now();
+            let deadline = parked_at + self.bridge.config.state.park_ttl;
             self.round += 1;
+            self.parked_since = Some(parked_at);
+            let asked: Vec<String> = self.pending.keys().cloned().collect();
+            let span = tracing::Span::current();
+            span.record("park", tracing::field::display(park));
+            span.record("round", self.round);
             let _ = reply.send(Reply::Done(Ok(self.input_required(park)))).await;
             tracing::debug!(park = %park, round = self.round, asked = self.pending.len(), "call parked");
 
-            let resumed = loop {
+            let woke = loop {
                 tokio::select! {
-                    _ = self.bridge.shutdown.cancelled() => break None,
-                    _ = tokio::time::sleep_until(deadline) => break None,
+                    _ = self.bridge.shutdown.cancelled() => break Woke::Abandon(AbandonReason::Shutdown),
+                    _ = tokio::time::sleep_until(deadline) => break Woke::Abandon(AbandonReason::Expired),
                     resume = resume_rx.recv() => {
-                        let Some(resume) = resume else { break None };
+                        // `resume_tx` is alive in this function, so the channel never ends here.
+                        let Some(resume) = resume else { break Woke::Abandon(AbandonReason::Expired) };
                         if resume.round != self.round {
+                            self.bridge.metrics.state_failure(StateFailure::StaleRound);
                             let _ = resume.reply.send(Reply::Done(Err(invalid_state()))).await;
                             continue;
                         }
                         match self.accept(&resume).await {
-                            Ok(()) => break Some(resume),
+                            Ok(()) => break Woke::Retry(Box::new(resume)),
                             Err(e) => {
                                 // A malformed answer leaves the park as it was.
+                                self.bridge.metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
                                 let _ = resume.reply.send(Reply::Done(Err(e))).await;
                             }
                         }
@@ -254,11 +318,31 @@ impl Task {
                     }
                 }
             };
-            let Some(resume) = resumed else {
-                tracing::info!(park = %park, round = self.round, "parked call abandoned: no retry before the deadline");
-                self.abandon("the client did not retry in time").await;
-                return;
+            self.bridge.metrics.park_duration(parked_at.elapsed());
+            self.parked_since = None;
+            self.parked_for += parked_at.elapsed();
+            let resume = match woke {
+                Woke::Retry(resume) => *resume,
+                Woke::Abandon(reason) => {
+                    self.bridge.metrics.abandoned(reason);
+                    tracing::info!(park = %park, round = self.round, reason = reason.as_str(), "parked call abandoned");
+                    self.abandon(match reason {
+                        AbandonReason::Expired => "the client did not retry in time",
+                        AbandonReason::Shutdown => "the gateway is shutting down",
+                    })
+                    .await;
+                    return;
+                }
             };
+            let all_answered = asked.iter().all(|k| resume.responses.contains_key(k));
+            self.bridge.metrics.retry(
+                if all_answered {
+                    RetryResult::Resumed
+                } else {
+                    RetryResult::AskedAgain
+                },
+                RetryReason::None,
+            );
             reply = resume.reply;
             self.meta = resume.meta;
             self.declared = self.declared.intersect(&resume.declared);
@@ -277,7 +361,11 @@ impl Task {
                     .request(&self.method, Some(params), true)
                     .await
                 {
-                    Ok(call) => self.call = call,
+                    Ok(call) => {
+                        self.call = call;
+                        self.sent = Instant::now();
+                        self.parked_for = Duration::ZERO;
+                    }
                     Err(e) => {
                         let _ = reply.send(Reply::Done(Err(upstream_error(&e)))).await;
                         return;
@@ -307,6 +395,7 @@ impl Task {
                 }
                 event = self.call.events.recv() => match event {
                     Some(CallEvent::Response(outcome)) => {
+                        self.bridge.metrics.upstream_duration(self.lease.session().backend(), self.backend_time());
                         if let Err(e) = &outcome
                             && e.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED
                         {
@@ -382,6 +471,7 @@ impl Task {
         self.next_key += 1;
         let key = format!("{}-{}", kind.as_str(), self.next_key);
         let request = input::to_input_request(kind, params.as_ref());
+        self.bridge.metrics.input_request(kind.into());
         self.pending.insert(
             key,
             Pending {
@@ -414,6 +504,7 @@ impl Task {
             self.next_key += 1;
             let key = format!("elicitation-{}", self.next_key);
             let request = input::to_input_request(Kind::Elicitation, Some(&params));
+            self.bridge.metrics.input_request(Kind::Elicitation.into());
             self.pending.insert(
                 key,
                 Pending {
@@ -458,7 +549,12 @@ impl Task {
             Some(CallEvent::ServerRequest { id, method, params }) => {
                 self.ask(id, &method, params).await;
             }
-            Some(CallEvent::Response(outcome)) => self.outcome = Some(outcome),
+            Some(CallEvent::Response(outcome)) => {
+                self.bridge
+                    .metrics
+                    .upstream_duration(self.lease.session().backend(), self.backend_time());
+                self.outcome = Some(outcome);
+            }
             Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
                 self.outcome = Some(Err(ErrorObject::new(
                     jsonrpc::BACKEND_FAILED,
@@ -476,6 +572,15 @@ impl Task {
             }
             Some(CallEvent::Notification { .. }) => {}
         }
+    }
+
+    /// Time the backend has spent on the current upstream request, leaving out time parked.
+    fn backend_time(&self) -> Duration {
+        let mut t = self.sent.elapsed().saturating_sub(self.parked_for);
+        if let Some(since) = self.parked_since {
+            t = t.saturating_sub(since.elapsed());
+        }
+        t
     }
 
     fn input_required(&self, park: crate::seal::ParkId) -> Value {

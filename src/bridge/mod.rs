@@ -10,6 +10,7 @@ pub mod park;
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
+use crate::metrics::Metrics;
 use crate::protocol::caps::Declared;
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// What the client is told, in order: notifications, then the outcome.
 #[derive(Debug)]
@@ -55,6 +57,7 @@ pub struct Bridge {
     pub(crate) keys: Arc<KeyRing>,
     pub(crate) parks: Arc<park::Registry>,
     pub(crate) tasks: TaskTracker,
+    pub(crate) metrics: Arc<Metrics>,
     /// Cancelled first at shutdown: parked calls are abandoned while sessions still run.
     pub(crate) shutdown: CancellationToken,
     /// Cancelled last: upstream sessions and their children stop.
@@ -62,7 +65,12 @@ pub struct Bridge {
 }
 
 impl Bridge {
+    /// An engine whose metrics are registered nowhere.
     pub fn new(config: Arc<Config>) -> Arc<Bridge> {
+        Bridge::with_metrics(config, Arc::new(Metrics::unregistered()))
+    }
+
+    pub fn with_metrics(config: Arc<Config>, metrics: Arc<Metrics>) -> Arc<Bridge> {
         let sessions = CancellationToken::new();
         let rules = upstream::session::Rules {
             static_roots: Arc::new(config.static_roots.clone()),
@@ -77,6 +85,7 @@ impl Bridge {
                     config.limits.clone(),
                     rules.clone(),
                     sessions.child_token(),
+                    metrics.pool(&b.name),
                 )
             })
             .collect();
@@ -86,6 +95,7 @@ impl Bridge {
             pools,
             parks: Arc::new(park::Registry::default()),
             tasks: TaskTracker::new(),
+            metrics,
             shutdown: CancellationToken::new(),
             sessions,
         })
@@ -103,6 +113,15 @@ impl Bridge {
             tracing::warn!("calls still running after the shutdown grace; closing sessions anyway");
         }
         self.sessions.cancel();
+        // Each session writes what it still has, closes its connection and reaps its child
+        // (a stdio child gets two seconds after stdin closes, then is killed).
+        let closed = futures_util::future::join_all(self.pools.iter().map(|p| p.closed()));
+        if tokio::time::timeout(grace + std::time::Duration::from_secs(3), closed)
+            .await
+            .is_err()
+        {
+            tracing::warn!("upstream sessions still closing after the shutdown grace");
+        }
     }
 
     /// Index of the backend serving `path`.
@@ -119,18 +138,35 @@ impl Bridge {
         &self.pools[backend]
     }
 
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Brings the gauges that mirror engine state (parked calls, sessions) up to date; called
+    /// before each scrape, so nothing has to track them on every change.
+    pub fn refresh_gauges(&self) {
+        self.metrics.set_parked(self.parked());
+        for pool in &self.pools {
+            for (state, n) in pool.session_states() {
+                self.metrics.set_sessions(&pool.backend().name, state, n);
+            }
+        }
+    }
+
     /// Starts serving one request; the receiver yields its replies.
     pub fn handle(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
         let bridge = self.clone();
-        self.tasks.spawn(async move {
+        // The work runs in the caller's span (the downstream request), so its logs carry it.
+        let task = async move {
             if protocol::is_mrtr_method(&req.method) {
                 call::serve(bridge, backend, req, tx).await;
             } else {
                 let outcome = bridge.plain(backend, req).await;
                 let _ = tx.send(Reply::Done(outcome)).await;
             }
-        });
+        };
+        self.tasks.spawn(task.instrument(tracing::Span::current()));
         rx
     }
 
@@ -153,10 +189,15 @@ impl Bridge {
         }
         let (mut lease, mut call) = self.issue(backend, &req, false).await?;
         let mut resent = false;
+        let sent = tokio::time::Instant::now();
         let outcome = tokio::time::timeout(self.config.limits.request_timeout, async {
             loop {
                 match call.events.recv().await {
-                    Some(upstream::CallEvent::Response(outcome)) => return outcome,
+                    Some(upstream::CallEvent::Response(outcome)) => {
+                        self.metrics
+                            .upstream_duration(lease.session().backend(), sent.elapsed());
+                        return outcome;
+                    }
                     // The backend's session was gone before it saw the request: once, on a new one.
                     Some(upstream::CallEvent::Unsent(_)) if !resent => {
                         resent = true;
@@ -326,7 +367,8 @@ impl Bridge {
     }
 }
 
-/// Params for the backend: the client's, without MRTR fields or 2026 `_meta` keys.
+/// Params for the backend: the client's, without MRTR fields or 2026 `_meta` keys. The progress
+/// token, the W3C trace context and keys outside the MCP namespace are carried over in `_meta`.
 pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -> Value {
     let mut p = params.clone();
     p.remove("inputResponses");
@@ -335,6 +377,18 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
     let mut m = meta.other.clone();
     if let Some(token) = &meta.progress_token {
         m.insert("progressToken".into(), token.clone());
+    }
+    if let Some(trace) = &meta.trace {
+        m.insert(
+            protocol::meta::TRACEPARENT.into(),
+            Value::String(trace.traceparent.clone()),
+        );
+        if let Some(state) = &trace.tracestate {
+            m.insert(
+                protocol::meta::TRACESTATE.into(),
+                Value::String(state.clone()),
+            );
+        }
     }
     if !m.is_empty() {
         p.insert("_meta".into(), Value::Object(m));

@@ -37,7 +37,16 @@ pub struct Config {
     pub static_roots: Vec<serde_json::Value>,
     pub cache: Cache,
     pub log: Log,
+    pub admin: Admin,
     pub backends: Vec<Backend>,
+}
+
+/// The admin listener: `/metrics`, `/healthz`, `/readyz`.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    /// `None`: no admin listener.
+    pub listen: Option<SocketAddr>,
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -321,6 +330,19 @@ impl Config {
             level: raw.log.level.unwrap_or_else(|| "info".into()),
         };
 
+        let admin = Admin {
+            listen: match raw.admin.listen.as_deref() {
+                None => None,
+                Some(a) => Some(a.parse().map_err(|_| {
+                    bad(
+                        "admin.listen",
+                        format!("`{a}` is not an address like 127.0.0.1:9090"),
+                    )
+                })?),
+            },
+            max_connections: positive("admin.max_connections", raw.admin.max_connections, 16)?,
+        };
+
         if raw.backends.is_empty() {
             return Err(bad("backend", "at least one [[backend]] is required"));
         }
@@ -449,6 +471,7 @@ impl Config {
             static_roots,
             cache,
             log,
+            admin,
             backends,
         })
     }
@@ -466,6 +489,13 @@ impl Config {
             } else {
                 self.server.allowed_origins.join(", ")
             }
+        );
+        let _ = writeln!(
+            s,
+            "admin             {}",
+            self.admin
+                .listen
+                .map_or_else(|| "off".to_owned(), |a| a.to_string())
         );
         let _ = writeln!(s, "principal         {:?}", self.principal);
         let _ = writeln!(
@@ -691,6 +721,13 @@ mod tests {
         assert_eq!(c.limits.max_body_bytes, 1 << 20);
         assert!(c.state.ephemeral);
         assert_eq!(c.principal, PrincipalSource::Authorization);
+        assert_eq!(c.admin.listen, None, "no admin listener unless asked for");
+        let c = Config::parse(
+            &format!("[admin]\nlisten = \"127.0.0.1:9090\"\n{MINIMAL}"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
     }
 
     #[test]
@@ -700,6 +737,7 @@ mod tests {
             ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
             ("[principal]\nsource = \"header\"\n", "principal.header"),
             ("[state]\npark_ttl = \"0s\"\n", "state.park_ttl"),
+            ("[admin]\nlisten = \"9090\"\n", "admin.listen"),
             (
                 "[state]\nkeys = [{ id = \"k\", secret = \"short\" }]\n",
                 "state.keys[0]",
@@ -713,6 +751,8 @@ mod tests {
         assert_eq!(err.field, "backend");
         let err = Config::parse("[server]\nlisten2 = 1\n", None).unwrap_err();
         assert!(err.reason.contains("listen2"), "{err}");
+        let err = Config::parse(&format!("[admin]\nport = 1\n{MINIMAL}"), None).unwrap_err();
+        assert!(err.reason.contains("port"), "{err}");
     }
 
     #[test]

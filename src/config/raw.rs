@@ -23,6 +23,8 @@ pub struct Raw {
     pub cache: Cache,
     #[serde(default)]
     pub log: Log,
+    #[serde(default)]
+    pub admin: Admin,
     #[serde(default, rename = "backend")]
     pub backends: Vec<Backend>,
 }
@@ -107,6 +109,13 @@ pub struct Cache {
 pub struct Log {
     pub format: Option<String>,
     pub level: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    pub listen: Option<String>,
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,6 +7,7 @@
 use crate::bridge::{self, Bridge, Reply};
 use crate::config::PrincipalSource;
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message};
+use crate::metrics::{self, Metrics, Outcome};
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest};
@@ -28,6 +29,8 @@ struct Refusal {
     status: StatusCode,
     id: Option<Id>,
     error: ErrorObject,
+    /// For the request counter; `other` until the body's method is known.
+    method: metrics::Method,
 }
 
 impl Refusal {
@@ -36,15 +39,24 @@ impl Refusal {
             status,
             id: id.cloned(),
             error: ErrorObject::new(code, message),
+            method: metrics::Method::Other,
         }
+    }
+
+    fn of(mut self, method: metrics::Method) -> Refusal {
+        self.method = method;
+        self
     }
 }
 
 /// Serves one HTTP request.
 pub async fn serve(bridge: Arc<Bridge>, req: hyper::Request<Incoming>) -> hyper::Response<Body> {
-    match handle(bridge, req).await {
+    match handle(bridge.clone(), req).await {
         Ok(resp) => resp,
-        Err(r) => json_response(r.status, &jsonrpc::response(r.id.as_ref(), Err(r.error))),
+        Err(r) => {
+            bridge.metrics().request(r.method, Outcome::Refused);
+            json_response(r.status, &jsonrpc::response(r.id.as_ref(), Err(r.error)))
+        }
     }
 }
 
@@ -61,6 +73,9 @@ async fn handle(
         ));
     };
     if req.method() != Method::POST {
+        bridge
+            .metrics()
+            .request(metrics::Method::Other, Outcome::Refused);
         let mut resp = json_response(
             StatusCode::METHOD_NOT_ALLOWED,
             &jsonrpc::response(
@@ -116,6 +131,7 @@ async fn handle(
         status: StatusCode::BAD_REQUEST,
         id: None,
         error: e.to_error(),
+        method: metrics::Method::Other,
     })?;
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, params),
@@ -147,24 +163,75 @@ async fn handle(
             ));
         }
     };
+    let label = metrics::Method::from_name(&method);
     let params_value = Value::Object(params);
-    let meta = check_request(&parts.headers, &id, &method, &params_value)?;
+    let meta =
+        check_request(&parts.headers, &id, &method, &params_value).map_err(|r| r.of(label))?;
     let Value::Object(params) = params_value else {
         unreachable!("built as an object")
     };
     let principal = principal(&bridge.config.principal, &parts.headers);
-    let span = tracing::info_span!("request", %method, %id);
-    let rx = bridge.handle(
-        backend,
-        bridge::Request {
-            method,
-            params,
-            meta,
-            principal,
-            authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
-        },
+    // park and round are filled in by the engine once known.
+    let span = tracing::info_span!(
+        "request",
+        %method,
+        %id,
+        backend = %bridge.config.backends[backend].name,
+        park = tracing::field::Empty,
+        round = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
     );
-    Ok(reply(id, rx).instrument(span).await)
+    if let Some(trace) = &meta.trace {
+        span.record("trace_id", trace.trace_id());
+    }
+    let rx = span.in_scope(|| {
+        bridge.handle(
+            backend,
+            bridge::Request {
+                method,
+                params,
+                meta,
+                principal,
+                authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
+            },
+        )
+    });
+    let tally = Tally {
+        metrics: bridge.metrics().clone(),
+        method: label,
+        counted: false,
+    };
+    Ok(reply(id, rx, tally).instrument(span).await)
+}
+
+/// Counts one request's outcome exactly once; a request dropped before its outcome went out
+/// (the client closed the connection) counts as `disconnected`.
+struct Tally {
+    metrics: Arc<Metrics>,
+    method: metrics::Method,
+    counted: bool,
+}
+
+impl Tally {
+    fn outcome(&mut self, outcome: &Result<Value, ErrorObject>) {
+        let o = match outcome {
+            Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+                Outcome::InputRequired
+            }
+            Ok(_) => Outcome::Complete,
+            Err(_) => Outcome::Error,
+        };
+        self.metrics.request(self.method, o);
+        self.counted = true;
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        if !self.counted {
+            self.metrics.request(self.method, Outcome::Disconnected);
+        }
+    }
 }
 
 /// Header and `_meta` checks, in the order the spec's error codes imply.
@@ -203,6 +270,7 @@ fn check_request(
     }
     if meta.protocol_version != MODERN {
         return Err(Refusal {
+            method: metrics::Method::Other,
             status: StatusCode::BAD_REQUEST,
             id: Some(id.clone()),
             error: ErrorObject::new(
@@ -336,40 +404,52 @@ pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Digest {
 }
 
 /// Waits for the first reply: a result goes out as JSON; a notification first opens SSE.
-async fn reply(id: Id, mut rx: tokio::sync::mpsc::Receiver<Reply>) -> hyper::Response<Body> {
+async fn reply(
+    id: Id,
+    mut rx: tokio::sync::mpsc::Receiver<Reply>,
+    mut tally: Tally,
+) -> hyper::Response<Body> {
     match rx.recv().await {
         Some(Reply::Done(outcome)) => {
+            tally.outcome(&outcome);
             json_response(StatusCode::OK, &jsonrpc::response(Some(&id), outcome))
         }
-        None => json_response(
-            StatusCode::OK,
-            &jsonrpc::response(
-                Some(&id),
-                Err(ErrorObject::new(
-                    jsonrpc::INTERNAL_ERROR,
-                    "the request ended without a result",
-                )),
-            ),
-        ),
+        None => {
+            tally.outcome(&Err(ErrorObject::new(jsonrpc::INTERNAL_ERROR, "")));
+            json_response(
+                StatusCode::OK,
+                &jsonrpc::response(
+                    Some(&id),
+                    Err(ErrorObject::new(
+                        jsonrpc::INTERNAL_ERROR,
+                        "the request ended without a result",
+                    )),
+                ),
+            )
+        }
         Some(Reply::Notification(first)) => {
             let stream = futures_util::stream::unfold(
-                (Some(first), Some(rx), id),
-                |(first, rx, id)| async move {
+                (Some(first), Some(rx), id, tally),
+                |(first, rx, id, mut tally)| async move {
                     if let Some(note) = first {
-                        return Some((Ok(Frame::data(sse_event(&note))), (None, rx, id)));
+                        return Some((Ok(Frame::data(sse_event(&note))), (None, rx, id, tally)));
                     }
                     let mut rx = rx?;
                     match rx.recv().await {
-                        Some(Reply::Notification(note)) => {
-                            Some((Ok(Frame::data(sse_event(&note))), (None, Some(rx), id)))
-                        }
-                        Some(Reply::Done(outcome)) => Some((
-                            Ok(Frame::data(sse_event(&jsonrpc::response(
-                                Some(&id),
-                                outcome,
-                            )))),
-                            (None, None, id),
+                        Some(Reply::Notification(note)) => Some((
+                            Ok(Frame::data(sse_event(&note))),
+                            (None, Some(rx), id, tally),
                         )),
+                        Some(Reply::Done(outcome)) => {
+                            tally.outcome(&outcome);
+                            Some((
+                                Ok(Frame::data(sse_event(&jsonrpc::response(
+                                    Some(&id),
+                                    outcome,
+                                )))),
+                                (None, None, id, tally),
+                            ))
+                        }
                         None => None,
                     }
                 },

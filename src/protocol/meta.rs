@@ -1,5 +1,10 @@
 //! The per-request `_meta` of 2026-07-28: protocol version, client capabilities, client info,
-//! log level and progress token, read once at the edge.
+//! log level, progress token and W3C trace context, read once at the edge.
+//!
+//! Trace context: a well-formed `traceparent` (and its `tracestate`) is passed to the backend in
+//! the upstream request's `_meta` unchanged, so the backend's spans join the client's trace. The
+//! gateway makes no spans of its own in that trace. A malformed `traceparent` is dropped with its
+//! `tracestate`, as the W3C rules say, rather than handed on.
 
 use serde_json::{Map, Value};
 
@@ -8,6 +13,64 @@ pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilitie
 pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub const TRACEPARENT: &str = "traceparent";
+pub const TRACESTATE: &str = "tracestate";
+
+/// Longest `tracestate` passed on (the W3C limit is 32 members of at most 256 characters each).
+const MAX_TRACESTATE: usize = 8192;
+
+/// W3C trace context from the request's `_meta`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The context in `meta`, if its `traceparent` is well formed.
+    fn from_meta(meta: &Map<String, Value>) -> Option<TraceContext> {
+        let traceparent = meta.get(TRACEPARENT)?.as_str()?;
+        if !valid_traceparent(traceparent) {
+            return None;
+        }
+        let tracestate = meta
+            .get(TRACESTATE)
+            .and_then(Value::as_str)
+            .filter(|s| s.len() <= MAX_TRACESTATE)
+            .map(str::to_owned);
+        Some(TraceContext {
+            traceparent: traceparent.to_owned(),
+            tracestate,
+        })
+    }
+
+    /// The 32-hex-digit trace id.
+    pub fn trace_id(&self) -> &str {
+        &self.traceparent[3..35]
+    }
+}
+
+/// `version-traceid-parentid-flags`, lowercase hex; later versions may append fields.
+fn valid_traceparent(s: &str) -> bool {
+    let hex = |p: &str, len: usize| {
+        p.len() == len
+            && p.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let nonzero = |p: &str| p.bytes().any(|b| b != b'0');
+    let parts: Vec<&str> = s.split('-').collect();
+    let [version, trace, parent, flags, rest @ ..] = parts.as_slice() else {
+        return false;
+    };
+    hex(version, 2)
+        && *version != "ff"
+        && (rest.is_empty() || *version != "00")
+        && hex(trace, 32)
+        && nonzero(trace)
+        && hex(parent, 16)
+        && nonzero(parent)
+        && hex(flags, 2)
+}
 
 /// The request metadata a 2026-07-28 client sends with every request.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +80,8 @@ pub struct RequestMeta {
     pub client_info: Option<Value>,
     pub log_level: Option<String>,
     pub progress_token: Option<Value>,
-    /// Keys outside the MCP namespace (e.g. `traceparent`), forwarded upstream unchanged.
+    pub trace: Option<TraceContext>,
+    /// Other keys outside the MCP namespace, forwarded upstream unchanged.
     pub other: Map<String, Value>,
 }
 
@@ -57,7 +121,10 @@ impl RequestMeta {
         };
         let other = meta
             .iter()
-            .filter(|(k, _)| !k.starts_with("io.modelcontextprotocol/") && *k != "progressToken")
+            .filter(|(k, _)| {
+                !k.starts_with("io.modelcontextprotocol/")
+                    && !matches!(k.as_str(), "progressToken" | TRACEPARENT | TRACESTATE)
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Ok(RequestMeta {
@@ -66,6 +133,7 @@ impl RequestMeta {
             client_info: meta.get(CLIENT_INFO).cloned(),
             log_level,
             progress_token: meta.get("progressToken").cloned(),
+            trace: TraceContext::from_meta(meta),
             other,
         })
     }
@@ -83,13 +151,55 @@ mod tests {
             CLIENT_CAPABILITIES: {"elicitation": {}},
             CLIENT_INFO: {"name": "c", "version": "1"},
             "progressToken": 7,
-            "traceparent": "00-abc"
+            "com.example/tenant": "t1"
         }});
         let meta = RequestMeta::from_params(Some(&params)).unwrap();
         assert_eq!(meta.protocol_version, "2026-07-28");
         assert!(meta.capabilities.contains_key("elicitation"));
         assert_eq!(meta.progress_token, Some(json!(7)));
-        assert_eq!(meta.other.get("traceparent"), Some(&json!("00-abc")));
+        assert_eq!(meta.other.get("com.example/tenant"), Some(&json!("t1")));
+        assert_eq!(meta.trace, None);
+    }
+
+    fn trace_of(fields: Value) -> Option<TraceContext> {
+        let mut meta = json!({PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: {}});
+        for (k, v) in fields.as_object().unwrap() {
+            meta[k] = v.clone();
+        }
+        let m = RequestMeta::from_params(Some(&json!({ "_meta": meta }))).unwrap();
+        assert!(!m.other.contains_key(TRACEPARENT) && !m.other.contains_key(TRACESTATE));
+        m.trace
+    }
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_valid_traceparent_is_kept_with_its_tracestate() {
+        let t = trace_of(json!({TRACEPARENT: PARENT, TRACESTATE: "congo=t61rcWkgMzE"})).unwrap();
+        assert_eq!(t.traceparent, PARENT);
+        assert_eq!(t.tracestate.as_deref(), Some("congo=t61rcWkgMzE"));
+        assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra";
+        assert!(trace_of(json!({ TRACEPARENT: later })).is_some());
+    }
+
+    #[test]
+    fn a_malformed_traceparent_is_dropped_with_its_tracestate() {
+        for bad in [
+            json!("00-abc"),
+            json!(42),
+            json!("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
+            json!("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+            json!("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"),
+            json!("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            json!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"),
+        ] {
+            assert_eq!(
+                trace_of(json!({TRACEPARENT: bad, TRACESTATE: "a=b"})),
+                None,
+                "{bad}"
+            );
+        }
     }
 
     #[test]

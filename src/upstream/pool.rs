@@ -7,6 +7,7 @@ use super::Error;
 use super::session::{Rules, Session, Start};
 use super::{http, http_sse, stdio};
 use crate::config::{Authorization, Backend, Limits, Transport};
+use crate::metrics::{PoolMetrics, SessionEnd, SessionState};
 use crate::protocol::caps::Declared;
 use crate::seal::Digest;
 use serde_json::{Map, Value};
@@ -48,6 +49,9 @@ pub struct Pool {
     shutdown: CancellationToken,
     /// The keep-alive HTTP client of an `http` or `sse` backend.
     client: Option<http::Client>,
+    /// The session tasks (each closes its connection and reaps its child before it ends).
+    sessions: tokio_util::task::TaskTracker,
+    metrics: PoolMetrics,
 }
 
 /// A session lent to one call; returned to the pool on drop.
@@ -95,6 +99,7 @@ impl Pool {
         limits: Limits,
         rules: Rules,
         shutdown: CancellationToken,
+        metrics: PoolMetrics,
     ) -> Arc<Pool> {
         let client = match &backend.transport {
             Transport::Http(cfg) | Transport::Sse(cfg) => Some(http::client(cfg, backend.pool_max)),
@@ -102,12 +107,14 @@ impl Pool {
         };
         let pool = Arc::new(Pool {
             client,
+            sessions: tokio_util::task::TaskTracker::new(),
             backend,
             limits,
             rules,
             slots: Mutex::new(Slots::default()),
             freed: Notify::new(),
             shutdown,
+            metrics,
         });
         let reaper = Arc::downgrade(&pool);
         let every = (pool.backend.idle_timeout / 4).max(std::time::Duration::from_millis(50));
@@ -131,13 +138,18 @@ impl Pool {
 
     /// Leases a session for `want`, starting one if the pool has room.
     pub async fn acquire(self: &Arc<Self>, want: Want<'_>) -> Result<Lease, Error> {
-        let deadline = Instant::now() + self.limits.queue_wait;
+        let queued = Instant::now();
+        let deadline = queued + self.limits.queue_wait;
         loop {
             if self.shutdown.is_cancelled() {
                 return Err(Error::ShuttingDown);
             }
             let notified = self.freed.notified();
-            match self.try_take(&want) {
+            let taken = self.try_take(&want);
+            if !matches!(taken, Taken::Wait) {
+                self.metrics.queue_wait(queued.elapsed());
+            }
+            match taken {
                 Taken::Lease(session) => {
                     return Ok(Lease {
                         pool: self.clone(),
@@ -149,6 +161,7 @@ impl Pool {
                 Taken::Start => return self.start(&want).await,
                 Taken::Wait => {
                     if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        self.metrics.queue_wait(queued.elapsed());
                         return Err(Error::Busy(self.backend.name.clone()));
                     }
                 }
@@ -158,9 +171,13 @@ impl Pool {
 
     fn try_take(&self, want: &Want<'_>) -> Taken {
         let mut slots = self.slots.lock().expect("pool lock");
-        slots
-            .live
-            .retain(|s| s.session.is_alive() || s.interactive || s.shared > 0);
+        slots.live.retain(|s| {
+            let keep = s.session.is_alive() || s.interactive || s.shared > 0;
+            if !keep {
+                self.metrics.ended(SessionEnd::Lost);
+            }
+            keep
+        });
         let found = slots.live.iter_mut().find(|s| {
             s.key == want.key
                 && !s.retired
@@ -189,6 +206,7 @@ impl Pool {
             .map(|(i, _)| i);
         if let Some(i) = idle {
             slots.live.swap_remove(i);
+            self.metrics.ended(SessionEnd::Evicted);
             slots.starting += 1;
             return Taken::Start;
         }
@@ -207,6 +225,7 @@ impl Pool {
             init_timeout: self.limits.request_timeout,
             rules: self.rules.clone(),
             authorization: want.authorization.cloned(),
+            tasks: self.sessions.clone(),
         };
         let started = match &self.backend.transport {
             Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,
@@ -237,6 +256,7 @@ impl Pool {
         slots.starting -= 1;
         match started {
             Ok(session) => {
+                self.metrics.started();
                 slots.live.push(Slot {
                     key: want.key,
                     session: session.clone(),
@@ -302,10 +322,16 @@ impl Pool {
                 slot.shared = slot.shared.saturating_sub(1);
             }
             slot.idle_since = Instant::now();
-            slot.retired |= retire || !slot.session.is_alive();
+            let alive = slot.session.is_alive();
+            slot.retired |= retire || !alive;
             if slot.retired && !slot.interactive && slot.shared == 0 {
                 // Dropping the last handle closes the session task and its child.
                 slots.live.swap_remove(i);
+                self.metrics.ended(if alive {
+                    SessionEnd::Retired
+                } else {
+                    SessionEnd::Lost
+                });
             }
         }
         drop(slots);
@@ -317,10 +343,20 @@ impl Pool {
         let mut slots = self.slots.lock().expect("pool lock");
         let before = slots.live.len();
         slots.live.retain(|s| {
-            let busy = s.interactive || s.shared > 0;
-            busy || (s.session.is_alive()
-                && !s.retired
-                && now.duration_since(s.idle_since) < self.backend.idle_timeout)
+            if s.interactive || s.shared > 0 {
+                return true;
+            }
+            let end = if !s.session.is_alive() {
+                SessionEnd::Lost
+            } else if s.retired {
+                SessionEnd::Retired
+            } else if now.duration_since(s.idle_since) >= self.backend.idle_timeout {
+                SessionEnd::Idle
+            } else {
+                return true;
+            };
+            self.metrics.ended(end);
+            false
         });
         let closed = before - slots.live.len();
         drop(slots);
@@ -330,9 +366,33 @@ impl Pool {
         }
     }
 
+    /// Waits until every session task has ended (after shutdown cancelled them).
+    pub async fn closed(&self) {
+        self.sessions.close();
+        self.sessions.wait().await;
+    }
+
     /// Sessions now open (for tests and metrics).
     pub fn open_sessions(&self) -> usize {
         self.slots.lock().expect("pool lock").live.len()
+    }
+
+    /// Sessions by what they are doing now, for the `upstream_sessions` gauge.
+    pub fn session_states(&self) -> [(SessionState, usize); 4] {
+        let slots = self.slots.lock().expect("pool lock");
+        let count = |f: &dyn Fn(&Slot) -> bool| slots.live.iter().filter(|s| f(s)).count();
+        [
+            (SessionState::Starting, slots.starting),
+            (
+                SessionState::Idle,
+                count(&|s| !s.interactive && s.shared == 0),
+            ),
+            (
+                SessionState::Shared,
+                count(&|s| !s.interactive && s.shared > 0),
+            ),
+            (SessionState::Interactive, count(&|s| s.interactive)),
+        ]
     }
 }
 

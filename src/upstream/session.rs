@@ -464,6 +464,8 @@ pub struct Start {
     pub rules: Rules,
     /// The client's `Authorization` header, when the backend's policy passes it upstream.
     pub authorization: Option<http::HeaderValue>,
+    /// Owns the session task, so shutdown can wait until every session has closed.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 /// Runs `initialize` over `transport` and starts the task that owns the session; `on_exit` runs
@@ -566,7 +568,7 @@ where
     let id = SESSION_IDS.fetch_add(1, Ordering::Relaxed);
     let session = Session::new(id, start.backend.clone(), cmd_tx, info, alive.clone());
     let router = Router::new(start.backend.clone(), declared, start.rules.clone());
-    tokio::spawn(async move {
+    start.tasks.spawn(async move {
         let transport = run(transport, cmd_rx, router, shutdown, alive).await;
         transport.close().await;
         on_exit.await;

@@ -405,3 +405,118 @@ impl Gateway {
             .open_sessions()
     }
 }
+
+/// TOML that turns the admin listener on, on a free loopback port.
+pub const ADMIN_ON: &str = "[admin]\nlisten = \"127.0.0.1:0\"\n";
+
+impl Gateway {
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        self.running
+            .as_ref()
+            .expect("running")
+            .admin_addr()
+            .expect("admin listener configured")
+    }
+
+    /// Scrapes `/metrics` from the admin listener.
+    pub async fn scrape(&self) -> Scrape {
+        let (status, headers, body) = admin_request(self.admin_addr(), "GET", "/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            headers["content-type"], "text/plain; version=0.0.4; charset=utf-8",
+            "Prometheus text format"
+        );
+        Scrape::parse(&body)
+    }
+}
+
+/// One plain HTTP/1.1 request to the admin listener: (status, headers, body).
+pub async fn admin_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> (u16, http::HeaderMap, String) {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to admin");
+    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("http handshake");
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), sender.send_request(req))
+        .await
+        .expect("admin answered in time")
+        .expect("response");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A parsed Prometheus text exposition: every sample by name and label set.
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    samples: Vec<(String, std::collections::BTreeMap<String, String>, f64)>,
+}
+
+impl Scrape {
+    pub fn parse(text: &str) -> Scrape {
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (series, value) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad sample line: {line}"));
+            let value: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("bad value in: {line}")),
+            };
+            let (name, labels) = match series.split_once('{') {
+                None => (series.to_owned(), Default::default()),
+                Some((name, rest)) => {
+                    let body = rest
+                        .strip_suffix('}')
+                        .unwrap_or_else(|| panic!("bad labels in: {line}"));
+                    let labels = body
+                        .split("\",")
+                        .filter(|p| !p.is_empty())
+                        .map(|pair| {
+                            let (k, v) = pair
+                                .split_once("=\"")
+                                .unwrap_or_else(|| panic!("bad label in: {line}"));
+                            (k.to_owned(), v.trim_end_matches('"').to_owned())
+                        })
+                        .collect();
+                    (name.to_owned(), labels)
+                }
+            };
+            samples.push((name, labels, value));
+        }
+        Scrape { samples }
+    }
+
+    /// The sample with exactly these labels; 0 when the series does not exist yet.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let want: std::collections::BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        self.samples
+            .iter()
+            .find(|(n, l, _)| n == name && *l == want)
+            .map_or(0.0, |(_, _, v)| *v)
+    }
+
+    /// Whether any sample of this name exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.samples.iter().any(|(n, _, _)| n == name)
+    }
+}

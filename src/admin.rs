@@ -1,0 +1,116 @@
+//! The admin listener, on its own address so it can stay off the public network:
+//! `GET /metrics` (Prometheus text format), `GET /healthz` (the process answers) and
+//! `GET /readyz` (config loaded and listeners up, which is true once this runs, and not
+//! draining: 503 from the moment shutdown starts, so load balancers stop sending work).
+//!
+//! It keeps serving while the gateway drains and stops last.
+
+use crate::bridge::Bridge;
+use crate::downstream::http::Body;
+use bytes::Bytes;
+use http::{Method, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What the admin endpoints read.
+#[derive(Debug)]
+pub struct Admin {
+    pub registry: Arc<Registry>,
+    pub bridge: Arc<Bridge>,
+    /// Cancelled when shutdown starts.
+    pub draining: CancellationToken,
+}
+
+impl Admin {
+    fn respond(&self, method: &Method, path: &str) -> hyper::Response<Body> {
+        if method != Method::GET && method != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+        }
+        match path {
+            "/metrics" => {
+                self.bridge.refresh_gauges();
+                let body = crate::metrics::encode(&self.registry);
+                let mut resp = text(StatusCode::OK, body);
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+                );
+                resp
+            }
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" if self.draining.is_cancelled() => {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            }
+            "/readyz" => text(StatusCode::OK, "ready\n"),
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        }
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> hyper::Response<Body> {
+    hyper::Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(BodyExt::boxed_unsync(Full::new(body.into())))
+        .expect("valid response")
+}
+
+/// Serves admin requests until `stop`, with at most `max_connections` open at once.
+pub async fn serve(
+    listener: TcpListener,
+    admin: Arc<Admin>,
+    stop: CancellationToken,
+    max_connections: usize,
+) {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let connections = TaskTracker::new();
+    loop {
+        let permit = tokio::select! {
+            _ = stop.cancelled() => break,
+            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        };
+        let stream = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!("admin accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let admin = admin.clone();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                let resp = admin.respond(req.method(), req.uri().path());
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => if let Err(e) = r { tracing::debug!("admin connection ended: {e}") },
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+}
