@@ -5,16 +5,33 @@ use std::process::Command;
 
 #[test]
 fn every_example_config_is_valid() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
-    let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).expect("config dir") {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    toml_files(&root.join("config"), &mut found);
+    toml_files(&root.join("deploy"), &mut found);
+    for path in &found {
+        Config::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let in_deploy = found
+        .iter()
+        .filter(|p| p.starts_with(root.join("deploy")))
+        .count();
+    assert!(
+        found.len() >= 6 && in_deploy >= 3,
+        "expected the example configs, found {found:?}"
+    );
+}
+
+/// Every `.toml` file under `dir`, recursively.
+fn toml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("readable dir") {
         let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            seen += 1;
+        if path.is_dir() {
+            toml_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            out.push(path);
         }
     }
-    assert!(seen >= 3, "expected the example configs, found {seen}");
 }
 
 #[test]
