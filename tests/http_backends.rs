@@ -294,7 +294,7 @@ async fn a_session_lost_while_a_call_is_parked_fails_the_retry_clearly() {
         )
         .await;
     assert_eq!(retry.error_code(), -32001, "{:#}", retry.body);
-    let message = retry.body["error"]["message"].as_str().unwrap_or_default();
+    let message = retry.error_message();
     assert!(message.contains("fixture"), "names the backend: {message}");
     // And the next call gets a new session.
     assert_eq!(elicit_round_trip(&c).await, ada());
@@ -321,7 +321,7 @@ async fn a_backend_refusing_connections_gets_a_clear_error() {
         .call_tool("echo", json!({"text": "x"}), &json!({}))
         .await;
     assert_eq!(reply.error_code(), -32001);
-    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    let message = reply.error_message();
     assert!(
         message.contains("fixture") && message.contains("cannot reach"),
         "{message}"
@@ -343,7 +343,7 @@ async fn a_backend_too_slow_gets_a_timeout_error() {
     let c = gw.client();
     let reply = c.call_tool("slow", json!({"ms": 5000}), &json!({})).await;
     assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
-    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    let message = reply.error_message();
     assert!(message.contains("in time"), "{message}");
     // The slow call was cancelled upstream, and the backend still serves others.
     fx.wait_for("cancelled", |f| f.count("notifications/cancelled") >= 1)
@@ -417,7 +417,7 @@ async fn bad_answers_fail_only_their_call_and_name_the_backend() {
     ] {
         let reply = c.call_tool(tool, args, &json!({})).await;
         assert_eq!(reply.error_code(), -32001, "{tool}: {:#}", reply.body);
-        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+        let message = reply.error_message();
         assert!(
             message.contains("fixture") && message.contains(hint),
             "{tool}: {message}"
@@ -600,7 +600,7 @@ async fn an_sse_backend_that_never_names_its_endpoint_gets_a_clear_error() {
         .call_tool("echo", json!({"text": "x"}), &json!({}))
         .await;
     assert_eq!(reply.error_code(), -32001);
-    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    let message = reply.error_message();
     assert!(
         message.contains("fixture") && message.contains("endpoint"),
         "{message}"

@@ -90,7 +90,7 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
-    fn describe(&self, backend: &str) -> String {
+    pub fn describe(&self, backend: &str) -> String {
         match self {
             Failure::Connect(e) => format!("cannot reach backend `{backend}`: {e}"),
             Failure::Timeout => format!("backend `{backend}` did not answer in time"),
@@ -257,6 +257,13 @@ impl Default for Cursor {
             answered: false,
         }
     }
+}
+
+/// The next inbound event of an HTTP transport (cancel-safe: a channel receive).
+pub(crate) async fn next(rx: &mut mpsc::Receiver<Inbound>) -> Inbound {
+    rx.recv()
+        .await
+        .unwrap_or_else(|| Inbound::ended("the transport stopped"))
 }
 
 fn is_response_to(msg: &Message, awaited: Option<&Id>) -> bool {
@@ -429,10 +436,7 @@ impl Transport for StreamableHttp {
     }
 
     async fn recv(&mut self) -> Inbound {
-        self.rx
-            .recv()
-            .await
-            .unwrap_or_else(|| Inbound::ended("the transport stopped"))
+        next(&mut self.rx).await
     }
 
     fn ready(&mut self, version: &str) {

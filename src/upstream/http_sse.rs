@@ -4,7 +4,7 @@
 //! pool starts (and initializes) a new one for the next call.
 
 use super::Error;
-use super::http::{Failure, Link, content_type, status_failure};
+use super::http::{Link, content_type, status_failure};
 use super::session::{Inbound, Transport};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
@@ -39,11 +39,13 @@ impl HttpSse {
         let resp = link
             .exchange(Method::GET, url, headers, None)
             .await
-            .map_err(|f| init(failure_text(&f)))?;
+            .map_err(|f| init(f.describe(&link.backend)))?;
         if !resp.status().is_success() {
-            return Err(init(failure_text(
-                &status_failure(resp, link.max_message).await,
-            )));
+            return Err(init(
+                status_failure(resp, link.max_message)
+                    .await
+                    .describe(&link.backend),
+            ));
         }
         if content_type(&resp) != "text/event-stream" {
             return Err(init(format!(
@@ -135,15 +137,6 @@ fn resolve(base: &Uri, endpoint: &str) -> Result<Uri, String> {
     Ok(target)
 }
 
-fn failure_text(f: &Failure) -> String {
-    match f {
-        Failure::Connect(e) => format!("cannot connect: {e}"),
-        Failure::Timeout => "no answer in time".into(),
-        Failure::Gone => "the session is gone (HTTP 404)".into(),
-        Failure::Other(e) => e.clone(),
-    }
-}
-
 impl Transport for HttpSse {
     async fn send(&mut self, msg: Value) -> Result<(), String> {
         let id = msg
@@ -170,11 +163,7 @@ impl Transport for HttpSse {
             Ok(r) => status_failure(r, self.link.max_message).await,
             Err(f) => f,
         };
-        let why = format!(
-            "backend `{}`: {}",
-            self.link.backend,
-            failure_text(&failure)
-        );
+        let why = failure.describe(&self.link.backend);
         tracing::warn!(backend = %self.link.backend, "{why}");
         if let Some(id) = id {
             // Reported from outside: this task is the queue's only reader.
@@ -187,10 +176,7 @@ impl Transport for HttpSse {
     }
 
     async fn recv(&mut self) -> Inbound {
-        self.rx
-            .recv()
-            .await
-            .unwrap_or_else(|| Inbound::ended("the transport stopped"))
+        super::http::next(&mut self.rx).await
     }
 
     async fn close(self) {

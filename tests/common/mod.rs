@@ -160,6 +160,11 @@ impl Reply {
             .unwrap_or_else(|| panic!("expected an error, got {:#}", self.body))
     }
 
+    /// The error's message (empty if there is none).
+    pub fn error_message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or_default()
+    }
+
     /// The tool result text, parsed as JSON (the built-in server's tools answer JSON text).
     pub fn tool_json(&self) -> Value {
         let r = self.result();
