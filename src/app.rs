@@ -23,6 +23,8 @@ pub struct Running {
     bridge: Arc<Bridge>,
     stop: CancellationToken,
     done: JoinHandle<()>,
+    /// The internal listener for retries forwarded by other replicas, when configured.
+    internal: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 impl Running {
@@ -32,6 +34,11 @@ impl Running {
 
     pub fn bridge(&self) -> &Arc<Bridge> {
         &self.bridge
+    }
+
+    /// The internal listener's address, when this replica has one.
+    pub fn internal_addr(&self) -> Option<SocketAddr> {
+        self.internal.as_ref().map(|(addr, _)| *addr)
     }
 
     /// URL of each backend's endpoint.
@@ -48,6 +55,9 @@ impl Running {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.done.await;
+        if let Some((_, internal)) = self.internal {
+            let _ = internal.await;
+        }
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts down.
@@ -59,7 +69,7 @@ impl Running {
 }
 
 /// Binds the listener and starts serving.
-pub async fn start(config: Config) -> anyhow::Result<Running> {
+pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     if config.state.ephemeral {
         tracing::warn!(
             "no requestState keys configured: using a random per-process key. Parked calls cannot be resumed after a restart or by another replica; set [state] keys or {} (see `mrtr-gateway keygen`)",
@@ -70,10 +80,40 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
+    let internal = match config.fleet.internal_listen {
+        None => None,
+        Some(at) => {
+            let l = TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} (fleet.internal_listen)"))?;
+            let bound = l.local_addr()?;
+            // Validation made sure an unspecified address comes with an explicit advertise.
+            config
+                .fleet
+                .advertise
+                .get_or_insert_with(|| bound.to_string());
+            Some((l, bound))
+        }
+    };
     let grace = config.server.shutdown_grace;
     let max_connections = config.server.max_connections;
     let bridge = Bridge::new(Arc::new(config));
     let stop = CancellationToken::new();
+    let internal = internal.map(|(l, bound)| {
+        tracing::info!(
+            replica = %bridge.config.fleet.replica_id,
+            advertise = ?bridge.config.fleet.advertise,
+            "internal listener on {bound}"
+        );
+        (
+            bound,
+            tokio::spawn(crate::fleet::serve_internal(
+                l,
+                bridge.clone(),
+                stop.clone(),
+            )),
+        )
+    });
     let done = tokio::spawn(accept_loop(
         listener,
         bridge.clone(),
@@ -86,6 +126,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         bridge,
         stop,
         done,
+        internal,
     })
 }
 

@@ -29,6 +29,7 @@ pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod downstream;
+pub mod fleet;
 pub mod jsonrpc;
 pub mod legacy_server;
 pub mod protocol;

@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
-use ring::{digest as sha, hmac};
+use ring::{digest as sha, hkdf, hmac};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -65,6 +65,10 @@ pub struct Claims {
     pub round: u32,
     pub expires_at_ms: u64,
     pub outstanding: Vec<String>,
+    /// Where the other replicas reach the owner (`host:port` of its internal listener); only
+    /// ever read from inside the seal, so a client cannot aim the gateway anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_addr: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,10 +114,13 @@ impl Key {
         }
         let unbound =
             UnboundKey::new(&AES_256_GCM, secret).map_err(|_| KeyError::Ring("bad key".into()))?;
-        // The MAC key is a separate derivation, so the two uses never share key material.
-        let mut mac_secret = b"mrtr-gateway internal hop\0".to_vec();
-        mac_secret.extend_from_slice(secret);
-        let mac = hmac::Key::new(hmac::HMAC_SHA256, digest(&mac_secret).0.as_ref());
+        // The MAC key for the internal hop is derived with HKDF under its own label, so the
+        // two uses never share key material.
+        let mac: hmac::Key = hkdf::Salt::new(hkdf::HKDF_SHA256, b"mrtr-gateway")
+            .extract(secret)
+            .expand(&[b"internal hop v1"], hmac::HMAC_SHA256)
+            .map_err(|_| KeyError::Ring("key derivation".into()))?
+            .into();
         Ok(Key {
             id: id.to_owned(),
             aead: LessSafeKey::new(unbound),
@@ -285,6 +292,7 @@ mod tests {
             round: 1,
             expires_at_ms: 42,
             outstanding: vec!["elicitation-1".into()],
+            owner_addr: Some("10.0.0.1:8081".into()),
         }
     }
 

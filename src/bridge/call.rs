@@ -7,6 +7,7 @@
 
 use super::park::{Entry, Handle, Resume};
 use super::{Bridge, Reply, Request, invalid_state, upstream_error, upstream_params};
+use crate::fleet::{self, Route};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
@@ -68,11 +69,14 @@ pub(super) async fn serve(
     backend: usize,
     req: Request,
     reply: mpsc::Sender<Reply>,
+    hop: bool,
 ) {
     let state = req.params.get("requestState").cloned();
     let responses = req.params.get("inputResponses").cloned();
     match (state, responses) {
-        (Some(state), responses) => resume(&bridge, req, state, responses, reply).await,
+        (Some(state), responses) => {
+            resume(&bridge, backend, req, state, responses, reply, hop).await
+        }
         (None, Some(_)) => {
             let e = ErrorObject::new(
                 INVALID_PARAMS,
@@ -120,10 +124,12 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
 
 async fn resume(
     bridge: &Arc<Bridge>,
+    backend: usize,
     req: Request,
     state: Value,
     responses: Option<Value>,
     reply: mpsc::Sender<Reply>,
+    hop: bool,
 ) {
     let refuse = |e: ErrorObject| Reply::Done(Err(e));
     let Some(state) = state.as_str() else {
@@ -143,6 +149,21 @@ async fn resume(
             return;
         }
     };
+    // Calls parked on another replica are served there.
+    match fleet::route(bridge, &req, state, hop) {
+        Route::Here => {}
+        Route::Refuse => {
+            let _ = reply.send(refuse(invalid_state())).await;
+            return;
+        }
+        Route::Forward { owner, addr } => {
+            if let Err(e) = fleet::forward(bridge, backend, &req, &owner, &addr, &reply).await {
+                tracing::warn!(%owner, %addr, "retry for a call parked on another replica failed: {e}");
+                let _ = reply.send(refuse(invalid_state())).await;
+            }
+            return;
+        }
+    }
     let Some((claims, handle)) = check_state(bridge, &req, state) else {
         let _ = reply.send(refuse(invalid_state())).await;
         return;
@@ -488,6 +509,7 @@ impl Task {
             round: self.round,
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
             outstanding: self.pending.keys().cloned().collect(),
+            owner_addr: self.bridge.advertise().map(str::to_owned),
         };
         let requests: Map<String, Value> = self
             .pending

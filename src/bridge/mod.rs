@@ -91,6 +91,12 @@ impl Bridge {
         })
     }
 
+    /// Where the other replicas reach this one, when it runs as part of a fleet.
+    pub(crate) fn advertise(&self) -> Option<&str> {
+        self.config.fleet.internal_listen?;
+        self.config.fleet.advertise.as_deref()
+    }
+
     /// Stops the engine: parked and running calls are abandoned (backends told), then, once
     /// they are done or `grace` passed, every upstream session closes.
     pub async fn close(&self, grace: std::time::Duration) {
@@ -125,12 +131,21 @@ impl Bridge {
         let bridge = self.clone();
         self.tasks.spawn(async move {
             if protocol::is_mrtr_method(&req.method) {
-                call::serve(bridge, backend, req, tx).await;
+                call::serve(bridge, backend, req, tx, false).await;
             } else {
                 let outcome = bridge.plain(backend, req).await;
                 let _ = tx.send(Reply::Done(outcome)).await;
             }
         });
+        rx
+    }
+
+    /// Serves a retry forwarded by another replica; it is never forwarded again.
+    pub fn handle_hop(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
+        let (tx, rx) = mpsc::channel(16);
+        let bridge = self.clone();
+        self.tasks
+            .spawn(async move { call::serve(bridge, backend, req, tx, true).await });
         rx
     }
 
@@ -307,7 +322,7 @@ impl Bridge {
     }
 
     /// Digest binding a requestState to its originating request.
-    pub(crate) fn request_digest(method: &str, params: &Map<String, Value>) -> Digest {
+    pub fn request_digest(method: &str, params: &Map<String, Value>) -> Digest {
         let salient = json!({
             "method": method,
             "name": params.get("name"),

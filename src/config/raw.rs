@@ -23,6 +23,8 @@ pub struct Raw {
     pub cache: Cache,
     #[serde(default)]
     pub log: Log,
+    #[serde(default)]
+    pub fleet: Fleet,
     #[serde(default, rename = "backend")]
     pub backends: Vec<Backend>,
 }
@@ -107,6 +109,21 @@ pub struct Cache {
 pub struct Log {
     pub format: Option<String>,
     pub level: Option<String>,
+}
+
+/// `[fleet]`: running as one of several replicas.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    pub replica_id: Option<String>,
+    pub advertise: Option<String>,
+    pub internal_listen: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub forward_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub forward_connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub max_clock_skew: Option<Duration>,
 }
 
 #[derive(Debug, Deserialize)]
