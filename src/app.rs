@@ -60,10 +60,40 @@ impl Running {
         }
     }
 
-    /// Runs until SIGINT or SIGTERM, then shuts down.
+    /// Drains: new requests are refused while retries of parked calls are still served,
+    /// until no call is parked or `grace` has passed. Shut down afterwards.
+    pub async fn drain(&self, grace: std::time::Duration) {
+        self.bridge.start_draining();
+        let parked = self.bridge.parked();
+        if parked > 0 {
+            tracing::info!(
+                parked,
+                "draining: serving retries of parked calls for up to {grace:?}"
+            );
+        }
+        let emptied = async {
+            while self.bridge.parked() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        if tokio::time::timeout(grace, emptied).await.is_err() {
+            tracing::info!(
+                parked = self.bridge.parked(),
+                "drain grace over; abandoning the calls still parked"
+            );
+        }
+    }
+
+    /// Runs until SIGINT or SIGTERM, drains for `fleet.drain_grace` (a second signal cuts it
+    /// short), then shuts down.
     pub async fn until_signal(self) {
         wait_for_signal().await;
         tracing::info!("shutdown signal received; draining");
+        let grace = self.bridge.config.fleet.drain_grace;
+        tokio::select! {
+            _ = self.drain(grace) => {}
+            _ = wait_for_signal() => tracing::info!("second signal: shutting down now"),
+        }
         self.shutdown().await;
     }
 }

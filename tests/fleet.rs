@@ -1,6 +1,6 @@
 //! Several gateway processes as one fleet on loopback: shared keys, a client that sends every
 //! retry to a different replica than the request before it (retries forwarded to the owner);
-//! killing the owner.
+//! killing the owner; draining on SIGTERM.
 
 mod common;
 
@@ -33,12 +33,18 @@ impl Drop for Replica {
 
 impl Replica {
     /// Starts `mrtr-gateway serve` with the built-in legacy server at /hold.
-    fn start(id: &str, keys: &str) -> Replica {
+    fn start(id: &str, keys: &str, drain_grace: &str) -> Replica {
+        Replica::start_with(id, keys, drain_grace, "kind = \"builtin\"")
+    }
+
+    /// The same, with `hold_backend` lines for the /hold backend.
+    fn start_with(id: &str, keys: &str, drain_grace: &str, hold_backend: &str) -> Replica {
         let dir = scratch(id);
         let config = dir.join("gateway.toml");
         std::fs::write(
             &config,
-            r#"[server]
+            format!(
+                r#"[server]
 listen = "127.0.0.1:0"
 shutdown_grace = "5s"
 [state]
@@ -48,6 +54,7 @@ max_parked_per_principal = 1000
 queue_wait = "20s"
 [fleet]
 internal_listen = "127.0.0.1:0"
+drain_grace = "{drain_grace}"
 forward_connect_timeout = "2s"
 forward_timeout = "30s"
 [log]
@@ -55,9 +62,10 @@ level = "info"
 [[backend]]
 name = "held"
 path = "/hold"
-kind = "builtin"
+{hold_backend}
 pool_max = 128
-"#,
+"#
+            ),
         )
         .expect("write config");
         let log = std::fs::File::create(dir.join("stderr.log")).expect("log file");
@@ -106,10 +114,40 @@ pool_max = 128
         std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
     }
 
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     fn kill(&mut self) {
         let mut child = self.child.take().expect("running");
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit on its own; its exit code.
+    async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let child = self.child.as_mut().expect("running");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return status.code();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the replica did not exit in time: {}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -118,10 +156,10 @@ fn shared_keys() -> String {
     format!("fleet:{secret}")
 }
 
-fn fleet(n: usize) -> Vec<Replica> {
+fn fleet(n: usize, drain_grace: &str) -> Vec<Replica> {
     let keys = shared_keys();
     (0..n)
-        .map(|i| Replica::start(&format!("r{i}"), &keys))
+        .map(|i| Replica::start(&format!("r{i}"), &keys, drain_grace))
         .collect()
 }
 
@@ -227,7 +265,7 @@ async fn two_hundred(replicas: &[Replica], path: &'static str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_two_round_calls_complete_across_three_replicas() {
-    let replicas = fleet(3);
+    let replicas = fleet(3, "1s");
     tokio::time::timeout(Duration::from_secs(120), async {
         two_hundred(&replicas, "/hold").await;
     })
@@ -237,7 +275,7 @@ async fn two_hundred_two_round_calls_complete_across_three_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_owner_loses_held_calls_cleanly() {
-    let mut replicas = fleet(3);
+    let mut replicas = fleet(3, "1s");
     let mut held = Vec::new();
     for i in 0..10 {
         held.push(Midway::begin(&replicas[0], "/hold", i).await);
@@ -261,4 +299,86 @@ async fn killing_the_owner_loses_held_calls_cleanly() {
             .contains("retry for a call parked on another replica failed"),
         "the failed forward is logged"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_parked_calls_for_the_grace_period_then_exits_zero() {
+    let keys = shared_keys();
+    // The draining replica runs its /hold backend as child processes.
+    let stdio = format!(
+        "command = {:?}\nargs = [\"legacy-server\"]",
+        env!("CARGO_BIN_EXE_mrtr-gateway")
+    );
+    let mut replicas = [
+        Replica::start_with("r0", &keys, "4s", &stdio),
+        Replica::start("r1", &keys, "4s"),
+    ];
+    let mut parked = Vec::new();
+    for i in 0..6 {
+        parked.push(Midway::begin(&replicas[0], "/hold", i).await);
+    }
+    let info = Client::new(&replicas[0].url("/hold"))
+        .call_tool("session_info", json!({}), &json!({}))
+        .await;
+    let child = info.tool_json()["pid"].as_u64().expect("backend pid");
+    replicas[0].terminate();
+    // New work is refused once the drain started.
+    let probe = Client::new(&replicas[0].url("/hold"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = probe
+            .call_tool("echo", json!({"text": "hi"}), &caps())
+            .await;
+        if r.body.get("error").is_some() {
+            assert_eq!(r.error_code(), -32000, "{:#}", r.body);
+            assert!(
+                r.body["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("shutting down"),
+                "{:#}",
+                r.body
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let late = parked.split_off(3);
+    // Within the grace: forwarded from the other replica, and directly on the draining one.
+    for (n, mut m) in parked.into_iter().enumerate() {
+        let (first, second) = if n == 0 {
+            (&replicas[0], &replicas[0])
+        } else {
+            (&replicas[1], &replicas[1])
+        };
+        m.answer_name(first).await;
+        let done = m.confirm(second).await;
+        m.check_done(&done);
+    }
+    let code = replicas[0].exit_code(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{}", replicas[0].stderr());
+    // Not running any more (gone, or a zombie left to init to reap).
+    let status = std::fs::read_to_string(format!("/proc/{child}/status")).unwrap_or_default();
+    assert!(
+        status.is_empty() || status.contains("State:\tZ"),
+        "the backend child was stopped: {status}"
+    );
+    assert!(
+        replicas[0].stderr().contains("drain grace over"),
+        "{}",
+        replicas[0].stderr()
+    );
+    // After the grace the owner is gone: the clear error, at once.
+    for m in late {
+        let answer = json!({ m.key.clone(): accept(json!({"name": "x"})) });
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            m.client(&replicas[1])
+                .retry_tool("two_step", m.args(), &caps(), answer, &m.state),
+        )
+        .await
+        .expect("no hang");
+        assert_frozen(&r);
+    }
 }

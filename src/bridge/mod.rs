@@ -17,6 +17,7 @@ use crate::seal::{self, Digest, KeyRing};
 use crate::upstream::{self, Pool, PoolKey};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -59,6 +60,8 @@ pub struct Bridge {
     pub(crate) shutdown: CancellationToken,
     /// Cancelled last: upstream sessions and their children stop.
     sessions: CancellationToken,
+    /// Set at SIGTERM: new requests are refused, retries of parked calls still served.
+    draining: AtomicBool,
 }
 
 impl Bridge {
@@ -88,7 +91,19 @@ impl Bridge {
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             sessions,
+            draining: AtomicBool::new(false),
         })
+    }
+
+    /// Starts draining: from now on only retries (requests carrying a requestState) are
+    /// served, so parked calls can finish while new work goes to other replicas.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// True once draining started (readiness should then report not ready).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     /// Where the other replicas reach this one, when it runs as part of a fleet.
@@ -130,7 +145,13 @@ impl Bridge {
         let (tx, rx) = mpsc::channel(16);
         let bridge = self.clone();
         self.tasks.spawn(async move {
-            if protocol::is_mrtr_method(&req.method) {
+            if bridge.is_draining() && !req.params.contains_key("requestState") {
+                let e = ErrorObject::new(
+                    jsonrpc::BACKEND_BUSY,
+                    "the gateway is shutting down: send the request to another replica",
+                );
+                let _ = tx.send(Reply::Done(Err(e))).await;
+            } else if protocol::is_mrtr_method(&req.method) {
                 call::serve(bridge, backend, req, tx, false).await;
             } else {
                 let outcome = bridge.plain(backend, req).await;

@@ -55,6 +55,8 @@ pub struct Fleet {
     pub advertise: Option<String>,
     /// The internal listener for retries forwarded by other replicas; `None`: single replica.
     pub internal_listen: Option<SocketAddr>,
+    /// After SIGTERM, how long retries for parked calls are still served.
+    pub drain_grace: Duration,
     /// Deadline for a whole forwarded retry, connect to last byte.
     pub forward_timeout: Duration,
     pub forward_connect_timeout: Duration,
@@ -524,6 +526,7 @@ impl Config {
                 let _ = writeln!(s, "internal listen   none (single replica)");
             }
         }
+        let _ = writeln!(s, "drain grace       {:?}", self.fleet.drain_grace);
         let _ = writeln!(s, "park ttl          {:?}", self.state.park_ttl);
         let _ = writeln!(s, "coalesce window   {:?}", self.state.coalesce_window);
         let _ = writeln!(s, "limits            {:?}", self.limits);
@@ -619,6 +622,13 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
         replica_id,
         advertise,
         internal_listen,
+        drain_grace: duration_in(
+            "fleet.drain_grace",
+            raw.drain_grace,
+            Duration::from_secs(20),
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?,
         forward_timeout: duration_in(
             "fleet.forward_timeout",
             raw.forward_timeout,

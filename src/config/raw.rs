@@ -119,6 +119,8 @@ pub struct Fleet {
     pub advertise: Option<String>,
     pub internal_listen: Option<String>,
     #[serde(default, with = "humantime_serde")]
+    pub drain_grace: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
     pub forward_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub forward_connect_timeout: Option<Duration>,
