@@ -6,12 +6,12 @@
 //! derived from the state key ring over method, path, body digest, timestamp, target, sender
 //! and the hop marker. The owner's internal listener ([`serve_internal`]) checks all of that,
 //! never forwards a forwarded request again, resumes the parked call and streams the replies
-//! back as SSE.
+//! back as SSE. Replay-mode states are never forwarded: any replica runs them.
 
 use crate::bridge::{self, Bridge, Reply, Request};
 use crate::jsonrpc::{self, ErrorObject};
 use crate::protocol::{self, meta::RequestMeta};
-use crate::seal::{self, Digest};
+use crate::seal::{self, Claims, Digest};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
@@ -82,6 +82,8 @@ pub(crate) enum Route {
     Here,
     /// On the owner, over the internal hop.
     Forward { owner: String, addr: String },
+    /// Replay mode: run the call again, here.
+    Replay(Box<Claims>),
     /// Refused with the frozen error (already logged).
     Refuse,
 }
@@ -92,6 +94,15 @@ pub(crate) fn route(bridge: &Bridge, req: &Request, state: &str, hop: bool) -> R
     let Ok(claims) = bridge.keys.open(state) else {
         return Route::Here;
     };
+    if claims.replay.is_some() {
+        if hop {
+            tracing::warn!(
+                "a forwarded retry carries a replay state, which is never forwarded: refused"
+            );
+            return Route::Refuse;
+        }
+        return Route::Replay(Box::new(claims));
+    }
     let me = &bridge.config.state.owner;
     if &claims.owner == me {
         return Route::Here;

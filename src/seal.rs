@@ -11,8 +11,12 @@ use ring::{digest as sha, hkdf, hmac};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Tokens longer than this are refused before any decoding.
-const MAX_TOKEN: usize = 8 * 1024;
+/// The largest replay transcript a config may allow (JSON bytes, before sealing).
+pub const MAX_TRANSCRIPT: usize = 48 * 1024;
+
+/// Tokens longer than this are refused before any decoding: room for the largest transcript,
+/// base64-expanded, plus the claims around it.
+const MAX_TOKEN: usize = MAX_TRANSCRIPT * 4 / 3 + 8 * 1024;
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,6 +73,31 @@ pub struct Claims {
     /// ever read from inside the seal, so a client cannot aim the gateway anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_addr: Option<String>,
+    /// Replay mode: the whole call so far. Nothing is parked; any replica runs the call again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Transcript>,
+}
+
+/// The input a replayed call has been given so far, in the order the backend asked for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// The backend's path: a transcript is never replayed against another backend.
+    pub backend: String,
+    /// The last input key used, so keys stay unique across rounds.
+    pub next_key: u32,
+    pub turns: Vec<Turn>,
+}
+
+/// One input request of a replayed call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Turn {
+    pub key: String,
+    pub method: String,
+    /// Digest of the input request as the client saw it (method and params without `_meta`).
+    pub ask: Digest,
+    /// The client's answer; `None` while it is still asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -293,6 +322,7 @@ mod tests {
             expires_at_ms: 42,
             outstanding: vec!["elicitation-1".into()],
             owner_addr: Some("10.0.0.1:8081".into()),
+            replay: None,
         }
     }
 

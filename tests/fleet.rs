@@ -1,6 +1,7 @@
 //! Several gateway processes as one fleet on loopback: shared keys, a client that sends every
-//! retry to a different replica than the request before it (retries forwarded to the owner);
-//! killing the owner; draining on SIGTERM.
+//! retry to a different replica than the request before it, in hold mode (retries forwarded to
+//! the owner) and replay mode (calls run again wherever the retry lands); killing the owner;
+//! draining on SIGTERM.
 
 mod common;
 
@@ -32,7 +33,8 @@ impl Drop for Replica {
 }
 
 impl Replica {
-    /// Starts `mrtr-gateway serve` with the built-in legacy server at /hold.
+    /// Starts `mrtr-gateway serve` with a hold backend at /hold and a replay backend at
+    /// /replay, both the built-in legacy server.
     fn start(id: &str, keys: &str, drain_grace: &str) -> Replica {
         Replica::start_with(id, keys, drain_grace, "kind = \"builtin\"")
     }
@@ -64,6 +66,12 @@ name = "held"
 path = "/hold"
 {hold_backend}
 pool_max = 128
+[[backend]]
+name = "replayed"
+path = "/replay"
+kind = "builtin"
+pool_max = 128
+replay = "replay"
 "#
             ),
         )
@@ -264,24 +272,32 @@ async fn two_hundred(replicas: &[Replica], path: &'static str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_two_round_calls_complete_across_three_replicas() {
+async fn two_hundred_two_round_calls_complete_across_three_replicas_in_both_modes() {
     let replicas = fleet(3, "1s");
     tokio::time::timeout(Duration::from_secs(120), async {
         two_hundred(&replicas, "/hold").await;
+        two_hundred(&replicas, "/replay").await;
     })
     .await
     .expect("all calls finished");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_owner_loses_held_calls_cleanly() {
+async fn killing_the_owner_loses_held_calls_cleanly_and_replayed_calls_not_at_all() {
     let mut replicas = fleet(3, "1s");
     let mut held = Vec::new();
+    let mut replayed = Vec::new();
     for i in 0..10 {
         held.push(Midway::begin(&replicas[0], "/hold", i).await);
+        replayed.push(Midway::begin(&replicas[0], "/replay", i).await);
     }
     replicas[0].kill();
     tokio::time::timeout(Duration::from_secs(60), async {
+        for mut m in replayed {
+            m.answer_name(&replicas[1]).await;
+            let done = m.confirm(&replicas[2]).await;
+            m.check_done(&done);
+        }
         for m in held {
             let answer = json!({ m.key.clone(): accept(json!({"name": "x"})) });
             let r = m

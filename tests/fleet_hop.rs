@@ -1,12 +1,14 @@
-//! The internal hop is attacker-facing too: a tampered state never makes a replica connect
-//! anywhere, and forged or looping hops are refused before any backend hears of them.
+//! The internal hop and replay states are attacker-facing too: a tampered state never makes a
+//! replica connect anywhere, forged or looping hops are refused before any backend hears of
+//! them, and a replay transcript that no longer matches the backend is refused.
 
 mod common;
 
 use common::*;
+use mrtr_gateway::bridge::Bridge;
 use mrtr_gateway::config::PrincipalSource;
-use mrtr_gateway::seal::{self, Key, KeyRing};
-use serde_json::{Value, json};
+use mrtr_gateway::seal::{self, Claims, Key, KeyRing, ParkId, Transcript, Turn};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -265,4 +267,191 @@ async fn forged_and_looping_hops_are_refused_and_reach_no_backend() {
     assert_eq!(r.tool_json()["content"]["name"], "hop");
     a.stop().await;
     b.stop().await;
+}
+
+fn params(message: &str) -> Map<String, Value> {
+    json!({"name": "ask_form", "arguments": {"message": message}})
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn replay_keeps_nothing_and_refuses_a_transcript_the_backend_no_longer_matches() {
+    let fleet = Fleet::new();
+    let gw = fleet.replica("a", "", "replay = \"replay\"\n").await;
+    let alice = gw.client().with_principal("alice");
+    // A genuine replayed call: nothing parked between rounds, and it completes.
+    let r = alice
+        .call_tool("ask_form", json!({"message": "m"}), &caps())
+        .await;
+    assert_eq!(gw.parked(), 0, "replay mode keeps nothing in memory");
+    let key = r.key_for("elicitation/create");
+    let done = alice
+        .retry_tool(
+            "ask_form",
+            json!({"message": "m"}),
+            &caps(),
+            json!({ key.clone(): accept(json!({"name": "ada"})) }),
+            &r.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["content"]["name"], "ada");
+
+    // A retry without the answer is asked again, under the same key, still keeping nothing.
+    let again = alice
+        .retry_tool(
+            "ask_form",
+            json!({"message": "m"}),
+            &caps(),
+            json!({}),
+            &r.state(),
+        )
+        .await;
+    assert_eq!(again.input_keys(), vec![key.clone()]);
+    assert_eq!(gw.parked(), 0);
+    // Each replay round cancels its upstream run; let both cancellations land first.
+    let cancelled = |log: &[Value]| {
+        log.iter()
+            .filter(|m| m["method"] == "notifications/cancelled")
+            .count()
+    };
+    gw.wait_log(10, "both rounds cancelled upstream", |log| {
+        cancelled(log) >= 2
+    })
+    .await;
+
+    // The same replay state for bob, or for other arguments: refused, nothing upstream.
+    let before = gw.backend_received().len();
+    let bob = gw.client().with_principal("bob");
+    let answer = json!({ key.clone(): accept(json!({"name": "ada"})) });
+    let r2 = bob
+        .retry_tool(
+            "ask_form",
+            json!({"message": "m"}),
+            &caps(),
+            answer.clone(),
+            &r.state(),
+        )
+        .await;
+    assert_frozen(&r2);
+    let r3 = alice
+        .retry_tool(
+            "ask_form",
+            json!({"message": "n"}),
+            &caps(),
+            answer,
+            &r.state(),
+        )
+        .await;
+    assert_frozen(&r3);
+    assert_eq!(gw.backend_received().len(), before);
+
+    // A transcript whose answer is for a question the backend does not ask (first).
+    let claims = Claims {
+        park: ParkId::random(),
+        owner: "elsewhere".into(),
+        principal: alice_digest(),
+        request: Bridge::request_digest("tools/call", &params("m")),
+        round: 1,
+        expires_at_ms: now_ms() + 60_000,
+        outstanding: vec![],
+        owner_addr: None,
+        replay: Some(Transcript {
+            backend: "/mcp".into(),
+            next_key: 1,
+            turns: vec![Turn {
+                key: "elicitation-1".into(),
+                method: "elicitation/create".into(),
+                ask: seal::digest(b"a question nobody asks"),
+                answer: Some(accept(json!({"name": "leaked"}))),
+            }],
+        }),
+    };
+    let forged = fleet.ring().seal(&claims);
+    let cancelled_before = cancelled(&gw.backend_received());
+    let r = alice
+        .retry_tool(
+            "ask_form",
+            json!({"message": "m"}),
+            &caps(),
+            json!({}),
+            &forged,
+        )
+        .await;
+    assert_eq!(r.error_code(), -32001, "{:#}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be replayed"),
+        "{:#}",
+        r.body
+    );
+    gw.wait_log(10, "the backend hears the call cancelled", |log| {
+        cancelled(log) > cancelled_before
+    })
+    .await;
+    assert!(
+        !gw.backend_received()
+            .iter()
+            .any(|m| m.to_string().contains("leaked")),
+        "the mismatched answer never reached the backend"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn over_the_transcript_limit_a_replayed_call_is_held() {
+    let fleet = Fleet::new();
+    let gw = fleet
+        .replica("a", "max_transcript_bytes = 10", "replay = \"replay\"\n")
+        .await;
+    let alice = gw.client().with_principal("alice");
+    let r = alice
+        .call_tool("ask_form", json!({"message": "m"}), &caps())
+        .await;
+    assert_eq!(gw.parked(), 1, "held instead");
+    let key = r.key_for("elicitation/create");
+    let done = alice
+        .retry_tool(
+            "ask_form",
+            json!({"message": "m"}),
+            &caps(),
+            json!({ key: accept(json!({"name": "ada"})) }),
+            &r.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["content"]["name"], "ada");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn auto_replays_annotated_tools_and_per_tool_settings_win() {
+    let fleet = Fleet::new();
+    let gw = fleet
+        .replica(
+            "a",
+            "",
+            "replay = \"auto\"\nreplay_tools = { ask_form = \"hold\" }\n",
+        )
+        .await;
+    let alice = gw.client().with_principal("alice");
+    // two_step is annotated idempotent: replayed.
+    let r = alice
+        .call_tool("two_step", json!({"tag": "t"}), &caps())
+        .await;
+    r.state();
+    assert_eq!(gw.parked(), 0);
+    // ask_form is read-only too, but configured to hold.
+    let r = alice
+        .call_tool("ask_form", json!({"message": "m"}), &caps())
+        .await;
+    r.state();
+    assert_eq!(gw.parked(), 1);
+    gw.wait_log(10, "tool annotations fetched", |log| {
+        log.iter().filter(|m| m["method"] == "tools/list").count() == 1
+    })
+    .await;
+    gw.stop().await;
 }

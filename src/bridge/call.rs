@@ -6,13 +6,14 @@
 //! retry, and at the park deadline it abandons the call explicitly.
 
 use super::park::{Entry, Handle, Resume};
+use super::replay::{self, Match};
 use super::{Bridge, Reply, Request, invalid_state, upstream_error, upstream_params};
 use crate::fleet::{self, Route};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
 use crate::protocol::meta::RequestMeta;
-use crate::seal::{Claims, Digest};
+use crate::seal::{Claims, Digest, ParkId, Transcript, Turn};
 use crate::upstream::{CallEvent, Lease};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -38,6 +39,8 @@ enum Step {
     Done(Result<Value, ErrorObject>),
     Park,
     ClientGone,
+    /// The call cannot go on (its replay no longer matches): tell the client, cancel upstream.
+    Refused(ErrorObject),
 }
 
 struct Task {
@@ -61,6 +64,8 @@ struct Task {
     reissue: bool,
     /// An outcome reached while parked, returned on the retry.
     outcome: Option<Result<Value, ErrorObject>>,
+    /// Replay mode: the transcript the backend's pushes are answered from. `None`: held.
+    replay: Option<replay::Run>,
 }
 
 /// Serves one MRTR-capable request: a fresh call, or a retry of a parked one.
@@ -89,12 +94,55 @@ pub(super) async fn serve(
 }
 
 async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::Sender<Reply>) {
+    begin(bridge, backend, req, reply, None).await;
+}
+
+/// Runs a replay-mode call again from its transcript (`round` and `next_key` from its state).
+pub(super) async fn rerun(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    round: u32,
+    next_key: u32,
+    run: replay::Run,
+    reply: mpsc::Sender<Reply>,
+) {
+    begin(bridge, backend, req, reply, Some((round, next_key, run))).await;
+}
+
+async fn begin(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    reply: mpsc::Sender<Reply>,
+    rerun: Option<(u32, u32, replay::Run)>,
+) {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
-    let (lease, call) = match bridge.issue(backend, &req, interactive).await {
-        Ok(issued) => issued,
+    let lease = match bridge.lease(backend, &req, interactive).await {
+        Ok(lease) => lease,
         Err(e) => {
-            let _ = reply.send(Reply::Done(Err(e))).await;
+            let _ = reply.send(Reply::Done(Err(upstream_error(&e)))).await;
+            return;
+        }
+    };
+    let (round, next_key, run) = match rerun {
+        Some((round, next_key, run)) => (round, next_key, Some(run)),
+        None => {
+            let replayed =
+                interactive && replay::chosen(&bridge, backend, &req, lease.session()).await;
+            (0, 0, replayed.then(replay::Run::default))
+        }
+    };
+    let params = upstream_params(&req.params, &req.meta);
+    let call = match lease
+        .session()
+        .request(&req.method, Some(params), interactive)
+        .await
+    {
+        Ok(call) => call,
+        Err(e) => {
+            let _ = reply.send(Reply::Done(Err(upstream_error(&e)))).await;
             return;
         }
     };
@@ -113,10 +161,11 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
         authorization: req.authorization,
         resent: false,
         pending: BTreeMap::new(),
-        next_key: 0,
-        round: 0,
+        next_key,
+        round,
         reissue: false,
         outcome: None,
+        replay: run,
         bridge,
     };
     task.run(reply).await;
@@ -149,7 +198,7 @@ async fn resume(
             return;
         }
     };
-    // Calls parked on another replica are served there.
+    // Calls parked on another replica are served there; replayed calls here.
     match fleet::route(bridge, &req, state, hop) {
         Route::Here => {}
         Route::Refuse => {
@@ -161,6 +210,10 @@ async fn resume(
                 tracing::warn!(%owner, %addr, "retry for a call parked on another replica failed: {e}");
                 let _ = reply.send(refuse(invalid_state())).await;
             }
+            return;
+        }
+        Route::Replay(claims) => {
+            super::replay::resume(bridge.clone(), backend, req, *claims, responses, reply).await;
             return;
         }
     }
@@ -224,7 +277,32 @@ impl Task {
                     self.abandon("the client closed the request").await;
                     return;
                 }
+                Step::Refused(e) => {
+                    let _ = reply.send(Reply::Done(Err(e))).await;
+                    self.abandon("the call could not be replayed").await;
+                    return;
+                }
                 Step::Park => {}
+            }
+            // Replay mode keeps nothing: the transcript goes into the state, the call upstream
+            // is cancelled, and the retry runs it again wherever it lands.
+            if self.replay.is_some() {
+                match self.transcript() {
+                    Some(transcript) => {
+                        self.round += 1;
+                        let state = self.input_required(ParkId::random(), Some(transcript));
+                        let _ = reply.send(Reply::Done(Ok(state))).await;
+                        self.abandon("the call is run again on the retry").await;
+                        return;
+                    }
+                    None => {
+                        tracing::info!(
+                            round = self.round,
+                            "replay transcript over the limit (or a URL elicitation): the call is held instead"
+                        );
+                        self.replay = None;
+                    }
+                }
             }
             // Park (or stay parked) until a valid retry, a deadline, or shutdown.
             if entry.is_none() {
@@ -249,7 +327,9 @@ impl Task {
             let park = entry.as_ref().expect("parked").id;
             let deadline = Instant::now() + self.bridge.config.state.park_ttl;
             self.round += 1;
-            let _ = reply.send(Reply::Done(Ok(self.input_required(park)))).await;
+            let _ = reply
+                .send(Reply::Done(Ok(self.input_required(park, None))))
+                .await;
             tracing::debug!(park = %park, round = self.round, asked = self.pending.len(), "call parked");
 
             let resumed = loop {
@@ -335,8 +415,9 @@ impl Task {
                         }
                         return Step::Done(outcome);
                     }
-                    Some(CallEvent::Unsent(reason)) if self.round == 0 && !self.resent => {
-                        // The backend's session was gone before it saw the request: once, on a new one.
+                    Some(CallEvent::Unsent(reason)) if (self.round == 0 || self.replay.is_some()) && !self.resent => {
+                        // The backend's session was gone before it saw the request: once, on a new
+                        // one (a replayed call starts over anyway).
                         tracing::info!(backend = %self.lease.session().backend(), "{reason}; sending the call on a new session");
                         self.resent = true;
                         if let Err(e) = self.issue_again().await {
@@ -356,6 +437,16 @@ impl Task {
                         }
                     }
                     Some(CallEvent::ServerRequest { id, method, params }) => {
+                        let id = match self.answer_from_transcript(id, &method, params.as_ref()).await {
+                            Ok(Some(id)) => id,
+                            Ok(None) => {
+                                if !self.pending.is_empty() && coalesce.is_none() {
+                                    coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
+                                }
+                                continue;
+                            }
+                            Err(e) => return Step::Refused(e),
+                        };
                         if self.ask(id, &method, params).await && coalesce.is_none() {
                             coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
                         }
@@ -379,6 +470,80 @@ impl Task {
         self.lease = lease;
         self.call = call;
         Ok(())
+    }
+
+    /// Replay mode: answers a push from the transcript, or asks again what is still unanswered.
+    /// Gives the id back when the push is new (or there is no transcript), for [`Task::ask`].
+    async fn answer_from_transcript(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<Option<Id>, ErrorObject> {
+        let Some(run) = self.replay.as_mut() else {
+            return Ok(Some(id));
+        };
+        let Some(kind) = Kind::from_method(method) else {
+            return Ok(Some(id));
+        };
+        let request = input::to_input_request(kind, params);
+        match run.match_push(method, &replay::ask_digest(&request)) {
+            Match::New => Ok(Some(id)),
+            Match::Answer(answer) => {
+                let _ = self
+                    .lease
+                    .session()
+                    .respond(id, Ok(input::to_legacy_result(&answer)))
+                    .await;
+                Ok(None)
+            }
+            Match::Ask(key) => {
+                let pending = Pending {
+                    upstream: Some(id),
+                    kind,
+                    request,
+                };
+                self.pending.insert(key, pending);
+                Ok(None)
+            }
+            Match::Mismatch => {
+                tracing::warn!(backend = %self.lease.session().backend(), %method, round = self.round, "replayed call: the backend asked for input the transcript does not hold, before using its answers; refused");
+                // Answered as a client that walked away would, when the call is abandoned.
+                let pending = Pending {
+                    upstream: Some(id),
+                    kind,
+                    request,
+                };
+                self.pending.insert("mismatch".into(), pending);
+                Err(replay::mismatch())
+            }
+        }
+    }
+
+    /// The transcript to seal for the next round, unless the call must be held: over the
+    /// size limit, or waiting on URL elicitations from a -32042 error.
+    fn transcript(&self) -> Option<Transcript> {
+        let run = self.replay.as_ref()?;
+        if self.reissue {
+            return None;
+        }
+        let mut turns: Vec<Turn> = run.answered().cloned().collect();
+        for (key, pending) in &self.pending {
+            pending.upstream.as_ref()?;
+            turns.push(Turn {
+                key: key.clone(),
+                method: pending.kind.method().to_owned(),
+                ask: replay::ask_digest(&pending.request),
+                answer: None,
+            });
+        }
+        let transcript = Transcript {
+            backend: self.bridge.config.backends[self.backend].path.clone(),
+            next_key: self.next_key,
+            turns,
+        };
+        let size = serde_json::to_vec(&transcript).map(|v| v.len()).ok()?;
+        (size <= self.bridge.config.fleet.max_transcript_bytes).then_some(transcript)
     }
 
     /// Takes one backend request into the next round, or refuses it upstream. True if taken.
@@ -499,7 +664,7 @@ impl Task {
         }
     }
 
-    fn input_required(&self, park: crate::seal::ParkId) -> Value {
+    fn input_required(&self, park: ParkId, replay: Option<Transcript>) -> Value {
         let ttl = self.bridge.config.state.park_ttl;
         let claims = Claims {
             park,
@@ -509,7 +674,12 @@ impl Task {
             round: self.round,
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
             outstanding: self.pending.keys().cloned().collect(),
-            owner_addr: self.bridge.advertise().map(str::to_owned),
+            // A replayed call has no owner to reach.
+            owner_addr: match replay {
+                None => self.bridge.advertise().map(str::to_owned),
+                Some(_) => None,
+            },
+            replay,
         };
         let requests: Map<String, Value> = self
             .pending

@@ -7,6 +7,7 @@
 
 mod call;
 pub mod park;
+mod replay;
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
@@ -62,6 +63,8 @@ pub struct Bridge {
     sessions: CancellationToken,
     /// Set at SIGTERM: new requests are refused, retries of parked calls still served.
     draining: AtomicBool,
+    /// Tool annotations per (backend, principal), for the `auto` replay policy.
+    pub(crate) annotations: replay::Annotations,
 }
 
 impl Bridge {
@@ -92,6 +95,7 @@ impl Bridge {
             shutdown: CancellationToken::new(),
             sessions,
             draining: AtomicBool::new(false),
+            annotations: replay::Annotations::default(),
         })
     }
 

@@ -62,6 +62,61 @@ pub struct Fleet {
     pub forward_connect_timeout: Duration,
     /// How old (or how far in the future) a forwarded request's timestamp may be.
     pub max_clock_skew: Duration,
+    /// Largest replay transcript (JSON bytes) sealed into a requestState; larger calls are held.
+    pub max_transcript_bytes: usize,
+}
+
+/// How a call waiting for input lives between rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The call stays parked on the replica that started it; retries elsewhere are forwarded.
+    Hold,
+    /// Nothing is kept: the answers so far are sealed into requestState and the call is run
+    /// again, on any replica, at every retry.
+    Replay,
+    /// Replay tools the backend annotates `readOnlyHint` or `idempotentHint`; hold the rest.
+    Auto,
+}
+
+impl Policy {
+    fn parse(field: &str, text: &str) -> Result<Policy, ConfigError> {
+        match text {
+            "hold" => Ok(Policy::Hold),
+            "replay" => Ok(Policy::Replay),
+            "auto" => Ok(Policy::Auto),
+            other => Err(bad(
+                field,
+                format!("`{other}`: expected \"hold\", \"replay\" or \"auto\""),
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Policy::Hold => "hold",
+            Policy::Replay => "replay",
+            Policy::Auto => "auto",
+        }
+    }
+}
+
+/// A backend's replay policy: a default and per-tool overrides.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    pub default: Policy,
+    pub tools: BTreeMap<String, Policy>,
+}
+
+impl Replay {
+    /// The policy for one request: tools by name; prompts and resources have no annotations,
+    /// so `auto` holds them.
+    pub fn for_request(&self, method: &str, tool: Option<&str>) -> Policy {
+        match (method, tool) {
+            ("tools/call", Some(name)) => self.tools.get(name).copied().unwrap_or(self.default),
+            _ if self.default == Policy::Auto => Policy::Hold,
+            _ => self.default,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +188,7 @@ pub struct Backend {
     pub idle_timeout: Duration,
     /// The version asked for in `initialize`; the server may answer an older one.
     pub protocol_version: &'static str,
+    pub replay: Replay,
 }
 
 #[derive(Debug, Clone)]
@@ -465,7 +521,21 @@ impl Config {
                         )
                     })?,
             };
+            let mut replay = Replay {
+                default: match &b.replay {
+                    None => Policy::Hold,
+                    Some(p) => Policy::parse(&field("replay"), p)?,
+                },
+                tools: BTreeMap::new(),
+            };
+            for (tool, p) in &b.replay_tools {
+                replay.tools.insert(
+                    tool.clone(),
+                    Policy::parse(&field(&format!("replay_tools.{tool}")), p)?,
+                );
+            }
             backends.push(Backend {
+                replay,
                 name: b.name,
                 path,
                 transport,
@@ -549,8 +619,13 @@ impl Config {
             };
             let _ = writeln!(
                 s,
-                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {})",
-                b.name, b.path, b.pool_max, b.idle_timeout, b.protocol_version
+                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {}, {})",
+                b.name,
+                b.path,
+                b.pool_max,
+                b.idle_timeout,
+                b.protocol_version,
+                b.replay.default.as_str()
             );
         }
         s
@@ -618,6 +693,17 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
             ),
         ));
     }
+    let max_transcript_bytes = positive(
+        "fleet.max_transcript_bytes",
+        raw.max_transcript_bytes,
+        16 * 1024,
+    )?;
+    if max_transcript_bytes > crate::seal::MAX_TRANSCRIPT {
+        return Err(bad(
+            "fleet.max_transcript_bytes",
+            format!("at most {}", crate::seal::MAX_TRANSCRIPT),
+        ));
+    }
     Ok(Fleet {
         replica_id,
         advertise,
@@ -650,6 +736,7 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
             Duration::from_secs(1),
             Duration::from_secs(600),
         )?,
+        max_transcript_bytes,
     })
 }
 
@@ -924,13 +1011,19 @@ mod tests {
         assert_eq!(c.fleet.replica_id, "a");
         assert_eq!(c.state.owner, "a");
         assert!(c.fleet.internal_listen.is_none());
+        assert_eq!(c.backends[0].replay.default, Policy::Hold);
         let c = Config::parse(
-            "[fleet]\nreplica_id = \"pod-1\"\ninternal_listen = \"0.0.0.0:8081\"\nadvertise = \"10.0.0.7:8081\"\n[[backend]]\nname = \"b\"\ncommand = \"s\"\n",
+            "[fleet]\nreplica_id = \"pod-1\"\ninternal_listen = \"0.0.0.0:8081\"\nadvertise = \"10.0.0.7:8081\"\n[[backend]]\nname = \"b\"\ncommand = \"s\"\nreplay = \"auto\"\nreplay_tools = { pay = \"hold\", get = \"replay\" }\n",
             None,
         )
         .unwrap();
         assert_eq!(c.state.owner, "pod-1");
         assert_eq!(c.fleet.advertise.as_deref(), Some("10.0.0.7:8081"));
+        let r = &c.backends[0].replay;
+        assert_eq!(r.for_request("tools/call", Some("pay")), Policy::Hold);
+        assert_eq!(r.for_request("tools/call", Some("get")), Policy::Replay);
+        assert_eq!(r.for_request("tools/call", Some("other")), Policy::Auto);
+        assert_eq!(r.for_request("prompts/get", Some("greet")), Policy::Hold);
         let cases = [
             ("[fleet]\nreplica_id = \"a b\"\n", "fleet.replica_id"),
             (
@@ -954,12 +1047,21 @@ mod tests {
                 "[fleet]\nforward_timeout = \"1ms\"\n",
                 "fleet.forward_timeout",
             ),
+            (
+                "[fleet]\nmax_transcript_bytes = 0\n",
+                "fleet.max_transcript_bytes",
+            ),
             ("[fleet]\ndrain = \"1s\"\n", "config"),
         ];
         for (text, field) in cases {
             let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
             assert_eq!(err.field, field, "{text}: {err}");
         }
+        let err = Config::parse(&format!("{MINIMAL}replay = \"sometimes\"\n"), None).unwrap_err();
+        assert_eq!(err.field, "backend[0].replay");
+        let err =
+            Config::parse(&format!("{MINIMAL}replay_tools = {{ t = \"x\" }}\n"), None).unwrap_err();
+        assert_eq!(err.field, "backend[0].replay_tools.t");
     }
 
     #[test]

@@ -126,6 +126,7 @@ pub struct Fleet {
     pub forward_connect_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub max_clock_skew: Option<Duration>,
+    pub max_transcript_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,4 +157,9 @@ pub struct Backend {
     pub builtin_protocol: Option<String>,
     #[serde(default)]
     pub builtin_roots_on_init: bool,
+    /// How a call waiting for input survives between rounds: "hold", "replay" or "auto".
+    pub replay: Option<String>,
+    /// Per-tool overrides of `replay`.
+    #[serde(default)]
+    pub replay_tools: BTreeMap<String, String>,
 }
