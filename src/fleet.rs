@@ -2,7 +2,7 @@
 //!
 //! A hold-mode requestState names its owner (replica id and the `host:port` of its internal
 //! listener) inside the seal. A retry that reaches another replica is forwarded there
-//! ([`forward`]): the original request, the principal this replica computed, signed with a MAC
+//! (`forward`): the original request, the principal this replica computed, signed with a MAC
 //! derived from the state key ring over method, path, body digest, timestamp, target, sender
 //! and the hop marker. The owner's internal listener ([`serve_internal`]) checks all of that,
 //! never forwards a forwarded request again, resumes the parked call and streams the replies

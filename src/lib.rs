@@ -19,9 +19,10 @@
 //!
 //! Modules: [`config`] (TOML -> validated `Config`), [`jsonrpc`] (message model and limits),
 //! [`protocol`] (MCP era knowledge), [`downstream`] (the modern HTTP face), [`upstream`] (legacy
-//! sessions and the pool), [`bridge`] (calls, parking, resume, expiry), [`seal`] (the only
-//! crypto), [`sse`], [`app`] (wiring and shutdown), [`cli`], and [`legacy_server`] (the built-in
-//! legacy server used by `demo` and the tests).
+//! sessions and the pool), [`bridge`] (calls, parking, resume, expiry, replay), [`fleet`] (the
+//! internal hop that forwards a retry to the replica holding its call), [`seal`] (the only
+//! crypto), [`sse`], [`app`] (wiring, drain and shutdown), [`cli`], and [`legacy_server`] (the
+//! built-in legacy server used by `demo` and the tests).
 #![forbid(unsafe_code)]
 
 pub mod app;
