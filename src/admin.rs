@@ -46,7 +46,7 @@ impl Admin {
                 resp
             }
             "/healthz" => text(StatusCode::OK, "ok\n"),
-            "/readyz" if self.draining.is_cancelled() => {
+            "/readyz" if self.draining.is_cancelled() || self.bridge.is_draining() => {
                 text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
             }
             "/readyz" => text(StatusCode::OK, "ready\n"),

@@ -26,6 +26,8 @@ pub struct Running {
     bridge: Arc<Bridge>,
     stop: CancellationToken,
     done: JoinHandle<()>,
+    /// The internal listener for retries forwarded by other replicas, when configured.
+    internal: Option<(SocketAddr, JoinHandle<()>)>,
     admin: Option<AdminTask>,
 }
 
@@ -51,6 +53,11 @@ impl Running {
         self.admin.as_ref().map(|a| a.addr)
     }
 
+    /// The internal listener's address, when this replica has one.
+    pub fn internal_addr(&self) -> Option<SocketAddr> {
+        self.internal.as_ref().map(|(addr, _)| *addr)
+    }
+
     /// URL of each backend's endpoint.
     pub fn urls(&self) -> Vec<String> {
         self.bridge
@@ -65,22 +72,55 @@ impl Running {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.done.await;
+        if let Some((_, internal)) = self.internal {
+            let _ = internal.await;
+        }
         if let Some(admin) = self.admin {
             admin.stop.cancel();
             let _ = admin.done.await;
         }
     }
 
-    /// Runs until SIGINT or SIGTERM, then shuts down.
+    /// Drains: new requests are refused while retries of parked calls are still served,
+    /// until no call is parked or `grace` has passed. Shut down afterwards.
+    pub async fn drain(&self, grace: std::time::Duration) {
+        self.bridge.start_draining();
+        let parked = self.bridge.parked();
+        if parked > 0 {
+            tracing::info!(
+                parked,
+                "draining: serving retries of parked calls for up to {grace:?}"
+            );
+        }
+        let emptied = async {
+            while self.bridge.parked() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        if tokio::time::timeout(grace, emptied).await.is_err() {
+            tracing::info!(
+                parked = self.bridge.parked(),
+                "drain grace over; abandoning the calls still parked"
+            );
+        }
+    }
+
+    /// Runs until SIGINT or SIGTERM, drains for `fleet.drain_grace` (a second signal cuts it
+    /// short), then shuts down.
     pub async fn until_signal(self) {
         wait_for_signal().await;
         tracing::info!("shutdown signal received; draining");
+        let grace = self.bridge.config.fleet.drain_grace;
+        tokio::select! {
+            _ = self.drain(grace) => {}
+            _ = wait_for_signal() => tracing::info!("second signal: shutting down now"),
+        }
         self.shutdown().await;
     }
 }
 
 /// Binds the listener and starts serving.
-pub async fn start(config: Config) -> anyhow::Result<Running> {
+pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     if config.state.ephemeral {
         tracing::warn!(
             "no requestState keys configured: using a random per-process key. Parked calls cannot be resumed after a restart or by another replica; set [state] keys or {} (see `mrtr-gateway keygen`)",
@@ -98,6 +138,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .with_context(|| format!("cannot listen on {a} (admin)"))?,
         ),
         None => None,
+    };
+    let internal = match config.fleet.internal_listen {
+        None => None,
+        Some(at) => {
+            let l = TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} (fleet.internal_listen)"))?;
+            let bound = l.local_addr()?;
+            // Validation made sure an unspecified address comes with an explicit advertise.
+            config
+                .fleet
+                .advertise
+                .get_or_insert_with(|| bound.to_string());
+            Some((l, bound))
+        }
     };
     let grace = config.server.shutdown_grace;
     let max_connections = config.server.max_connections;
@@ -130,6 +185,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         }
         None => None,
     };
+    let internal = internal.map(|(l, bound)| {
+        tracing::info!(
+            replica = %bridge.config.fleet.replica_id,
+            advertise = ?bridge.config.fleet.advertise,
+            "internal listener on {bound}"
+        );
+        (
+            bound,
+            tokio::spawn(crate::fleet::serve_internal(
+                l,
+                bridge.clone(),
+                stop.clone(),
+            )),
+        )
+    });
     let done = tokio::spawn(accept_loop(
         listener,
         bridge.clone(),
@@ -143,6 +213,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         stop,
         done,
         admin,
+        internal,
     })
 }
 

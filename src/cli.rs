@@ -129,6 +129,12 @@ fn serve(config: Config, demo: bool) -> ExitCode {
         for url in running.urls() {
             println!("mrtr-gateway listening on {url}");
         }
+        if let Some(internal) = running.internal_addr() {
+            println!("mrtr-gateway internal listener on {internal}");
+        }
+        if let Some(admin) = running.admin_addr() {
+            println!("mrtr-gateway admin on http://{admin}");
+        }
         if demo {
             println!("{}", demo_help(&running.urls()[0]));
         }

@@ -19,10 +19,12 @@
 //!
 //! Modules: [`config`] (TOML -> validated `Config`), [`jsonrpc`] (message model and limits),
 //! [`protocol`] (MCP era knowledge), [`downstream`] (the modern HTTP face), [`upstream`] (legacy
-//! sessions and the pool), [`bridge`] (calls, parking, resume, expiry), [`seal`] (the only
+//! sessions and the pool), [`bridge`] (calls, parking, resume, expiry, replay), [`fleet`] (the
+//! internal hop that forwards a retry to the replica holding its call), [`seal`] (the only
 //! crypto), [`sse`], [`metrics`] (typed Prometheus metrics), [`admin`] (the `/metrics`,
-//! `/healthz`, `/readyz` listener), [`app`] (wiring and shutdown), [`cli`], [`probe`] (the `health`
-//! command), and [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
+//! `/healthz`, `/readyz` listener), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the
+//! `health` command), and [`legacy_server`] (the built-in legacy server used by `demo` and the
+//! tests).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -31,6 +33,7 @@ pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod downstream;
+pub mod fleet;
 pub mod jsonrpc;
 pub mod legacy_server;
 pub mod metrics;

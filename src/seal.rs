@@ -7,12 +7,16 @@ use base64::Engine;
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
-use ring::{digest as sha, hmac};
+use ring::{digest as sha, hkdf, hmac};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Tokens longer than this are refused before any decoding.
-const MAX_TOKEN: usize = 8 * 1024;
+/// The largest replay transcript a config may allow (JSON bytes, before sealing).
+pub const MAX_TRANSCRIPT: usize = 48 * 1024;
+
+/// Tokens longer than this are refused before any decoding: room for the largest transcript,
+/// base64-expanded, plus the claims around it.
+const MAX_TOKEN: usize = MAX_TRANSCRIPT * 4 / 3 + 8 * 1024;
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -65,6 +69,35 @@ pub struct Claims {
     pub round: u32,
     pub expires_at_ms: u64,
     pub outstanding: Vec<String>,
+    /// Where the other replicas reach the owner (`host:port` of its internal listener); only
+    /// ever read from inside the seal, so a client cannot aim the gateway anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_addr: Option<String>,
+    /// Replay mode: the whole call so far. Nothing is parked; any replica runs the call again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Transcript>,
+}
+
+/// The input a replayed call has been given so far, in the order the backend asked for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// The backend's path: a transcript is never replayed against another backend.
+    pub backend: String,
+    /// The last input key used, so keys stay unique across rounds.
+    pub next_key: u32,
+    pub turns: Vec<Turn>,
+}
+
+/// One input request of a replayed call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Turn {
+    pub key: String,
+    pub method: String,
+    /// Digest of the input request as the client saw it (method and params without `_meta`).
+    pub ask: Digest,
+    /// The client's answer; `None` while it is still asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,10 +143,13 @@ impl Key {
         }
         let unbound =
             UnboundKey::new(&AES_256_GCM, secret).map_err(|_| KeyError::Ring("bad key".into()))?;
-        // The MAC key is a separate derivation, so the two uses never share key material.
-        let mut mac_secret = b"mrtr-gateway internal hop\0".to_vec();
-        mac_secret.extend_from_slice(secret);
-        let mac = hmac::Key::new(hmac::HMAC_SHA256, digest(&mac_secret).0.as_ref());
+        // The MAC key for the internal hop is derived with HKDF under its own label, so the
+        // two uses never share key material.
+        let mac: hmac::Key = hkdf::Salt::new(hkdf::HKDF_SHA256, b"mrtr-gateway")
+            .extract(secret)
+            .expand(&[b"internal hop v1"], hmac::HMAC_SHA256)
+            .map_err(|_| KeyError::Ring("key derivation".into()))?
+            .into();
         Ok(Key {
             id: id.to_owned(),
             aead: LessSafeKey::new(unbound),
@@ -285,6 +321,8 @@ mod tests {
             round: 1,
             expires_at_ms: 42,
             outstanding: vec!["elicitation-1".into()],
+            owner_addr: Some("10.0.0.1:8081".into()),
+            replay: None,
         }
     }
 

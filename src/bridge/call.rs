@@ -6,13 +6,15 @@
 //! retry, and at the park deadline it abandons the call explicitly.
 
 use super::park::{Entry, Handle, Resume};
+use super::replay::{self, Match};
 use super::{Bridge, Reply, Request, invalid_state, upstream_error, upstream_params};
+use crate::fleet::{self, Route};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
 use crate::metrics::{AbandonReason, RetryReason, RetryResult, StateFailure};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
 use crate::protocol::meta::RequestMeta;
-use crate::seal::{Claims, Digest};
+use crate::seal::{Claims, Digest, ParkId, Transcript, Turn};
 use crate::upstream::{CallEvent, Lease};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -38,6 +40,8 @@ enum Step {
     Done(Result<Value, ErrorObject>),
     Park,
     ClientGone,
+    /// The call cannot go on (its replay no longer matches): tell the client, cancel upstream.
+    Refused(ErrorObject),
 }
 
 struct Task {
@@ -61,6 +65,8 @@ struct Task {
     reissue: bool,
     /// An outcome reached while parked, returned on the retry.
     outcome: Option<Result<Value, ErrorObject>>,
+    /// Replay mode: the transcript the backend's pushes are answered from. `None`: held.
+    replay: Option<replay::Run>,
     /// When the current upstream request was written.
     sent: Instant,
     /// Time parked since `sent` (rounds already resumed).
@@ -88,11 +94,14 @@ pub(super) async fn serve(
     backend: usize,
     req: Request,
     reply: mpsc::Sender<Reply>,
+    hop: bool,
 ) {
     let state = req.params.get("requestState").cloned();
     let responses = req.params.get("inputResponses").cloned();
     match (state, responses) {
-        (Some(state), responses) => resume(&bridge, req, state, responses, reply).await,
+        (Some(state), responses) => {
+            resume(&bridge, backend, req, state, responses, reply, hop).await
+        }
         (None, Some(_)) => {
             bridge
                 .metrics
@@ -108,6 +117,29 @@ pub(super) async fn serve(
 }
 
 async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::Sender<Reply>) {
+    begin(bridge, backend, req, reply, None).await;
+}
+
+/// Runs a replay-mode call again from its transcript (`round` and `next_key` from its state).
+pub(super) async fn rerun(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    round: u32,
+    next_key: u32,
+    run: replay::Run,
+    reply: mpsc::Sender<Reply>,
+) {
+    begin(bridge, backend, req, reply, Some((round, next_key, run))).await;
+}
+
+async fn begin(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    reply: mpsc::Sender<Reply>,
+    rerun: Option<(u32, u32, replay::Run)>,
+) {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
     let sent = Instant::now();
@@ -116,6 +148,15 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
         Err(e) => {
             let _ = reply.send(Reply::Done(Err(e))).await;
             return;
+        }
+    };
+    // The policy only matters once the call parks, so it is looked up while the call runs.
+    let (round, next_key, run) = match rerun {
+        Some((round, next_key, run)) => (round, next_key, Some(run)),
+        None => {
+            let replayed =
+                interactive && replay::chosen(&bridge, backend, &req, lease.session()).await;
+            (0, 0, replayed.then(replay::Run::default))
         }
     };
     let session_declared = lease.session().info().declared;
@@ -133,13 +174,14 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
         authorization: req.authorization,
         resent: false,
         pending: BTreeMap::new(),
-        next_key: 0,
-        round: 0,
+        next_key,
+        round,
         reissue: false,
         outcome: None,
         sent,
         parked_for: Duration::ZERO,
         parked_since: None,
+        replay: run,
         bridge,
     };
     task.run(reply).await;
@@ -147,10 +189,12 @@ async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::S
 
 async fn resume(
     bridge: &Arc<Bridge>,
+    backend: usize,
     req: Request,
     state: Value,
     responses: Option<Value>,
     reply: mpsc::Sender<Reply>,
+    hop: bool,
 ) {
     let refuse = |e: ErrorObject| Reply::Done(Err(e));
     let metrics = &bridge.metrics;
@@ -173,6 +217,29 @@ async fn resume(
             return;
         }
     };
+    // Calls parked on another replica are served there; replayed calls here.
+    match fleet::route(bridge, &req, state, hop) {
+        Route::Here => {}
+        Route::Refuse(failed) => {
+            tracing::debug!(check = failed.as_str(), "requestState refused");
+            metrics.state_failure(failed);
+            let _ = reply.send(refuse(invalid_state())).await;
+            return;
+        }
+        Route::Forward { owner, addr } => {
+            metrics.retry(RetryResult::Forwarded, RetryReason::None);
+            if let Err(e) = fleet::forward(bridge, backend, &req, &owner, &addr, &reply).await {
+                tracing::warn!(%owner, %addr, "retry for a call parked on another replica failed: {e}");
+                let _ = reply.send(refuse(invalid_state())).await;
+            }
+            return;
+        }
+        Route::Replay(claims) => {
+            metrics.retry(RetryResult::Replayed, RetryReason::None);
+            super::replay::resume(bridge.clone(), backend, req, *claims, responses, reply).await;
+            return;
+        }
+    }
     let (claims, handle) = match check_state(bridge, &req, state) {
         Ok(found) => found,
         Err(failed) => {
@@ -258,7 +325,32 @@ impl Task {
                     self.abandon("the client closed the request").await;
                     return;
                 }
+                Step::Refused(e) => {
+                    let _ = reply.send(Reply::Done(Err(e))).await;
+                    self.abandon("the call could not be replayed").await;
+                    return;
+                }
                 Step::Park => {}
+            }
+            // Replay mode keeps nothing: the transcript goes into the state, the call upstream
+            // is cancelled, and the retry runs it again wherever it lands.
+            if self.replay.is_some() {
+                match self.transcript() {
+                    Some(transcript) => {
+                        self.round += 1;
+                        let state = self.input_required(ParkId::random(), Some(transcript));
+                        let _ = reply.send(Reply::Done(Ok(state))).await;
+                        self.abandon("the call is run again on the retry").await;
+                        return;
+                    }
+                    None => {
+                        tracing::info!(
+                            round = self.round,
+                            "replay transcript over the limit (or a URL elicitation): the call is held instead"
+                        );
+                        self.replay = None;
+                    }
+                }
             }
             // Park (or stay parked) until a valid retry, a deadline, or shutdown.
             if entry.is_none() {
@@ -289,7 +381,9 @@ impl Task {
             let span = tracing::Span::current();
             span.record("park", tracing::field::display(park));
             span.record("round", self.round);
-            let _ = reply.send(Reply::Done(Ok(self.input_required(park)))).await;
+            let _ = reply
+                .send(Reply::Done(Ok(self.input_required(park, None))))
+                .await;
             tracing::debug!(park = %park, round = self.round, asked = self.pending.len(), "call parked");
 
             let woke = loop {
@@ -403,8 +497,9 @@ impl Task {
                         }
                         return Step::Done(outcome);
                     }
-                    Some(CallEvent::Unsent(reason)) if self.round == 0 && !self.resent => {
-                        // The backend's session was gone before it saw the request: once, on a new one.
+                    Some(CallEvent::Unsent(reason)) if (self.round == 0 || self.replay.is_some()) && !self.resent => {
+                        // The backend's session was gone before it saw the request: once, on a new
+                        // one (a replayed call starts over anyway).
                         tracing::info!(backend = %self.lease.session().backend(), "{reason}; sending the call on a new session");
                         self.resent = true;
                         if let Err(e) = self.issue_again().await {
@@ -424,6 +519,16 @@ impl Task {
                         }
                     }
                     Some(CallEvent::ServerRequest { id, method, params }) => {
+                        let id = match self.answer_from_transcript(id, &method, params.as_ref()).await {
+                            Ok(Some(id)) => id,
+                            Ok(None) => {
+                                if !self.pending.is_empty() && coalesce.is_none() {
+                                    coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
+                                }
+                                continue;
+                            }
+                            Err(e) => return Step::Refused(e),
+                        };
                         if self.ask(id, &method, params).await && coalesce.is_none() {
                             coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
                         }
@@ -447,6 +552,80 @@ impl Task {
         self.lease = lease;
         self.call = call;
         Ok(())
+    }
+
+    /// Replay mode: answers a push from the transcript, or asks again what is still unanswered.
+    /// Gives the id back when the push is new (or there is no transcript), for [`Task::ask`].
+    async fn answer_from_transcript(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<Option<Id>, ErrorObject> {
+        let Some(run) = self.replay.as_mut() else {
+            return Ok(Some(id));
+        };
+        let Some(kind) = Kind::from_method(method) else {
+            return Ok(Some(id));
+        };
+        let request = input::to_input_request(kind, params);
+        match run.match_push(method, &replay::ask_digest(&request)) {
+            Match::New => Ok(Some(id)),
+            Match::Answer(answer) => {
+                let _ = self
+                    .lease
+                    .session()
+                    .respond(id, Ok(input::to_legacy_result(&answer)))
+                    .await;
+                Ok(None)
+            }
+            Match::Ask(key) => {
+                let pending = Pending {
+                    upstream: Some(id),
+                    kind,
+                    request,
+                };
+                self.pending.insert(key, pending);
+                Ok(None)
+            }
+            Match::Mismatch => {
+                tracing::warn!(backend = %self.lease.session().backend(), %method, round = self.round, "replayed call: the backend asked for input the transcript does not hold, before using its answers; refused");
+                // Answered as a client that walked away would, when the call is abandoned.
+                let pending = Pending {
+                    upstream: Some(id),
+                    kind,
+                    request,
+                };
+                self.pending.insert("mismatch".into(), pending);
+                Err(replay::mismatch())
+            }
+        }
+    }
+
+    /// The transcript to seal for the next round, unless the call must be held: over the
+    /// size limit, or waiting on URL elicitations from a -32042 error.
+    fn transcript(&self) -> Option<Transcript> {
+        let run = self.replay.as_ref()?;
+        if self.reissue {
+            return None;
+        }
+        let mut turns: Vec<Turn> = run.answered().cloned().collect();
+        for (key, pending) in &self.pending {
+            pending.upstream.as_ref()?;
+            turns.push(Turn {
+                key: key.clone(),
+                method: pending.kind.method().to_owned(),
+                ask: replay::ask_digest(&pending.request),
+                answer: None,
+            });
+        }
+        let transcript = Transcript {
+            backend: self.bridge.config.backends[self.backend].path.clone(),
+            next_key: self.next_key,
+            turns,
+        };
+        let size = serde_json::to_vec(&transcript).map(|v| v.len()).ok()?;
+        (size <= self.bridge.config.fleet.max_transcript_bytes).then_some(transcript)
     }
 
     /// Takes one backend request into the next round, or refuses it upstream. True if taken.
@@ -583,7 +762,7 @@ impl Task {
         t
     }
 
-    fn input_required(&self, park: crate::seal::ParkId) -> Value {
+    fn input_required(&self, park: ParkId, replay: Option<Transcript>) -> Value {
         let ttl = self.bridge.config.state.park_ttl;
         let claims = Claims {
             park,
@@ -593,6 +772,12 @@ impl Task {
             round: self.round,
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
             outstanding: self.pending.keys().cloned().collect(),
+            // A replayed call has no owner to reach.
+            owner_addr: match replay {
+                None => self.bridge.advertise().map(str::to_owned),
+                Some(_) => None,
+            },
+            replay,
         };
         let requests: Map<String, Value> = self
             .pending

@@ -7,6 +7,7 @@
 
 mod call;
 pub mod park;
+mod replay;
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
@@ -18,6 +19,7 @@ use crate::seal::{self, Digest, KeyRing};
 use crate::upstream::{self, Pool, PoolKey};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -62,6 +64,10 @@ pub struct Bridge {
     pub(crate) shutdown: CancellationToken,
     /// Cancelled last: upstream sessions and their children stop.
     sessions: CancellationToken,
+    /// Set at SIGTERM: new requests are refused, retries of parked calls still served.
+    draining: AtomicBool,
+    /// Tool annotations per (backend, principal), for the `auto` replay policy.
+    pub(crate) annotations: replay::Annotations,
 }
 
 impl Bridge {
@@ -98,7 +104,26 @@ impl Bridge {
             metrics,
             shutdown: CancellationToken::new(),
             sessions,
+            draining: AtomicBool::new(false),
+            annotations: replay::Annotations::default(),
         })
+    }
+
+    /// Starts draining: from now on only retries (requests carrying a requestState) are
+    /// served, so parked calls can finish while new work goes to other replicas.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// True once draining started (readiness should then report not ready).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Where the other replicas reach this one, when it runs as part of a fleet.
+    pub(crate) fn advertise(&self) -> Option<&str> {
+        self.config.fleet.internal_listen?;
+        self.config.fleet.advertise.as_deref()
     }
 
     /// Stops the engine: parked and running calls are abandoned (backends told), then, once
@@ -159,13 +184,28 @@ impl Bridge {
         let bridge = self.clone();
         // The work runs in the caller's span (the downstream request), so its logs carry it.
         let task = async move {
-            if protocol::is_mrtr_method(&req.method) {
-                call::serve(bridge, backend, req, tx).await;
+            if bridge.is_draining() && !req.params.contains_key("requestState") {
+                let e = ErrorObject::new(
+                    jsonrpc::BACKEND_BUSY,
+                    "the gateway is shutting down: send the request to another replica",
+                );
+                let _ = tx.send(Reply::Done(Err(e))).await;
+            } else if protocol::is_mrtr_method(&req.method) {
+                call::serve(bridge, backend, req, tx, false).await;
             } else {
                 let outcome = bridge.plain(backend, req).await;
                 let _ = tx.send(Reply::Done(outcome)).await;
             }
         };
+        self.tasks.spawn(task.instrument(tracing::Span::current()));
+        rx
+    }
+
+    /// Serves a retry forwarded by another replica; it is never forwarded again.
+    pub fn handle_hop(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
+        let (tx, rx) = mpsc::channel(16);
+        let bridge = self.clone();
+        let task = async move { call::serve(bridge, backend, req, tx, true).await };
         self.tasks.spawn(task.instrument(tracing::Span::current()));
         rx
     }
@@ -355,7 +395,7 @@ impl Bridge {
     }
 
     /// Digest binding a requestState to its originating request.
-    pub(crate) fn request_digest(method: &str, params: &Map<String, Value>) -> Digest {
+    pub fn request_digest(method: &str, params: &Map<String, Value>) -> Digest {
         let salient = json!({
             "method": method,
             "name": params.get("name"),

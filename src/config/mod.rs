@@ -12,6 +12,10 @@ use std::time::Duration;
 
 /// Environment variable that overrides `state.keys`: `id:secret[,id:secret...]`, first seals.
 pub const KEYS_ENV: &str = "MRTR_STATE_KEYS";
+/// Environment variable that overrides `fleet.replica_id` (e.g. the pod name).
+pub const REPLICA_ID_ENV: &str = "MRTR_REPLICA_ID";
+/// Environment variable that overrides `fleet.advertise` (e.g. `$(POD_IP):8081`).
+pub const ADVERTISE_ENV: &str = "MRTR_ADVERTISE";
 
 /// A config that failed validation; `field` names the offending setting.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +42,7 @@ pub struct Config {
     pub cache: Cache,
     pub log: Log,
     pub admin: Admin,
+    pub fleet: Fleet,
     pub backends: Vec<Backend>,
 }
 
@@ -47,6 +52,80 @@ pub struct Admin {
     /// `None`: no admin listener.
     pub listen: Option<SocketAddr>,
     pub max_connections: usize,
+}
+
+/// `[fleet]`: this replica's identity and how it cooperates with the others.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    /// This replica's name, sealed into every requestState (also `state.owner`).
+    pub replica_id: String,
+    /// `host:port` where the other replicas reach `internal_listen`. Resolved from the bound
+    /// address at start when not configured.
+    pub advertise: Option<String>,
+    /// The internal listener for retries forwarded by other replicas; `None`: single replica.
+    pub internal_listen: Option<SocketAddr>,
+    /// After SIGTERM, how long retries for parked calls are still served.
+    pub drain_grace: Duration,
+    /// Deadline for a whole forwarded retry, connect to last byte.
+    pub forward_timeout: Duration,
+    pub forward_connect_timeout: Duration,
+    /// How old (or how far in the future) a forwarded request's timestamp may be.
+    pub max_clock_skew: Duration,
+    /// Largest replay transcript (JSON bytes) sealed into a requestState; larger calls are held.
+    pub max_transcript_bytes: usize,
+}
+
+/// How a call waiting for input lives between rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The call stays parked on the replica that started it; retries elsewhere are forwarded.
+    Hold,
+    /// Nothing is kept: the answers so far are sealed into requestState and the call is run
+    /// again, on any replica, at every retry.
+    Replay,
+    /// Replay tools the backend annotates `readOnlyHint` or `idempotentHint`; hold the rest.
+    Auto,
+}
+
+impl Policy {
+    fn parse(field: &str, text: &str) -> Result<Policy, ConfigError> {
+        match text {
+            "hold" => Ok(Policy::Hold),
+            "replay" => Ok(Policy::Replay),
+            "auto" => Ok(Policy::Auto),
+            other => Err(bad(
+                field,
+                format!("`{other}`: expected \"hold\", \"replay\" or \"auto\""),
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Policy::Hold => "hold",
+            Policy::Replay => "replay",
+            Policy::Auto => "auto",
+        }
+    }
+}
+
+/// A backend's replay policy: a default and per-tool overrides.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    pub default: Policy,
+    pub tools: BTreeMap<String, Policy>,
+}
+
+impl Replay {
+    /// The policy for one request: tools by name; prompts and resources have no annotations,
+    /// so `auto` holds them.
+    pub fn for_request(&self, method: &str, tool: Option<&str>) -> Policy {
+        match (method, tool) {
+            ("tools/call", Some(name)) => self.tools.get(name).copied().unwrap_or(self.default),
+            _ if self.default == Policy::Auto => Policy::Hold,
+            _ => self.default,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +197,7 @@ pub struct Backend {
     pub idle_timeout: Duration,
     /// The version asked for in `initialize`; the server may answer an older one.
     pub protocol_version: &'static str,
+    pub replay: Replay,
 }
 
 #[derive(Debug, Clone)]
@@ -176,7 +256,15 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
-        Config::parse(&text, std::env::var(KEYS_ENV).ok().as_deref())
+        let mut raw: raw::Raw = toml::from_str(&text).map_err(|e| bad("config", e.message()))?;
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if let Some(id) = env(REPLICA_ID_ENV) {
+            raw.fleet.replica_id = Some(id);
+        }
+        if let Some(addr) = env(ADVERTISE_ENV) {
+            raw.fleet.advertise = Some(addr);
+        }
+        Config::from_raw(raw, env(KEYS_ENV).as_deref())
     }
 
     /// Parses and validates config text; `env_keys` is the value of [`KEYS_ENV`], if set.
@@ -226,7 +314,7 @@ impl Config {
         };
 
         let (keys, ephemeral) = key_ring(&raw.state.keys, env_keys)?;
-        let state = State {
+        let mut state = State {
             keys: Arc::new(keys),
             ephemeral,
             park_ttl: duration_in(
@@ -243,8 +331,10 @@ impl Config {
                 Duration::ZERO,
                 Duration::from_secs(5),
             )?,
-            owner: raw.state.owner.unwrap_or_else(|| "local".into()),
+            owner: String::new(),
         };
+        let fleet = fleet(&raw.fleet, raw.state.owner.as_deref())?;
+        state.owner = fleet.replica_id.clone();
 
         let limits = Limits {
             max_body_bytes: positive("limits.max_body_bytes", raw.limits.max_body_bytes, 1 << 20)?,
@@ -453,7 +543,21 @@ impl Config {
                         )
                     })?,
             };
+            let mut replay = Replay {
+                default: match &b.replay {
+                    None => Policy::Hold,
+                    Some(p) => Policy::parse(&field("replay"), p)?,
+                },
+                tools: BTreeMap::new(),
+            };
+            for (tool, p) in &b.replay_tools {
+                replay.tools.insert(
+                    tool.clone(),
+                    Policy::parse(&field(&format!("replay_tools.{tool}")), p)?,
+                );
+            }
             backends.push(Backend {
+                replay,
                 name: b.name,
                 path,
                 transport,
@@ -472,6 +576,7 @@ impl Config {
             cache,
             log,
             admin,
+            fleet,
             backends,
         })
     }
@@ -508,6 +613,20 @@ impl Config {
                 ""
             }
         );
+        let _ = writeln!(s, "replica           {}", self.fleet.replica_id);
+        match (&self.fleet.internal_listen, &self.fleet.advertise) {
+            (Some(listen), advertise) => {
+                let _ = writeln!(
+                    s,
+                    "internal listen   {listen} (advertised as {})",
+                    advertise.as_deref().unwrap_or("the bound address")
+                );
+            }
+            (None, _) => {
+                let _ = writeln!(s, "internal listen   none (single replica)");
+            }
+        }
+        let _ = writeln!(s, "drain grace       {:?}", self.fleet.drain_grace);
         let _ = writeln!(s, "park ttl          {:?}", self.state.park_ttl);
         let _ = writeln!(s, "coalesce window   {:?}", self.state.coalesce_window);
         let _ = writeln!(s, "limits            {:?}", self.limits);
@@ -530,12 +649,125 @@ impl Config {
             };
             let _ = writeln!(
                 s,
-                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {})",
-                b.name, b.path, b.pool_max, b.idle_timeout, b.protocol_version
+                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {}, {})",
+                b.name,
+                b.path,
+                b.pool_max,
+                b.idle_timeout,
+                b.protocol_version,
+                b.replay.default.as_str()
             );
         }
         s
     }
+}
+
+/// Validates `[fleet]`; `state_owner` is the older name of `replica_id`.
+fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigError> {
+    let replica_id = match (raw.replica_id.as_deref(), state_owner) {
+        (Some(id), Some(owner)) if id != owner => {
+            return Err(bad(
+                "fleet.replica_id",
+                format!("`{id}` differs from state.owner `{owner}`; set only one of them"),
+            ));
+        }
+        (Some(id), _) | (None, Some(id)) => id.to_owned(),
+        (None, None) => "local".to_owned(),
+    };
+    let id_ok = !replica_id.is_empty()
+        && replica_id.len() <= 253
+        && replica_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !id_ok {
+        return Err(bad(
+            "fleet.replica_id",
+            format!("`{replica_id}`: use 1 to 253 letters, digits, `-`, `_` and `.`"),
+        ));
+    }
+    let internal_listen = match raw.internal_listen.as_deref() {
+        None => None,
+        Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
+            bad(
+                "fleet.internal_listen",
+                format!("`{text}` is not an address like 0.0.0.0:8081"),
+            )
+        })?),
+    };
+    let advertise = match raw.advertise.as_deref() {
+        None => None,
+        Some(text) => {
+            if internal_listen.is_none() {
+                return Err(bad(
+                    "fleet.advertise",
+                    "needs fleet.internal_listen (nothing would answer there)",
+                ));
+            }
+            crate::fleet::parse_host_port(text).ok_or_else(|| {
+                bad(
+                    "fleet.advertise",
+                    format!("`{text}` is not host:port (a name or IP address, and a port)"),
+                )
+            })?;
+            Some(text.to_owned())
+        }
+    };
+    if let Some(listen) = internal_listen
+        && advertise.is_none()
+        && listen.ip().is_unspecified()
+    {
+        return Err(bad(
+            "fleet.advertise",
+            format!(
+                "required when internal_listen is {listen}: the others need an address they can reach (set it or {ADVERTISE_ENV})"
+            ),
+        ));
+    }
+    let max_transcript_bytes = positive(
+        "fleet.max_transcript_bytes",
+        raw.max_transcript_bytes,
+        16 * 1024,
+    )?;
+    if max_transcript_bytes > crate::seal::MAX_TRANSCRIPT {
+        return Err(bad(
+            "fleet.max_transcript_bytes",
+            format!("at most {}", crate::seal::MAX_TRANSCRIPT),
+        ));
+    }
+    Ok(Fleet {
+        replica_id,
+        advertise,
+        internal_listen,
+        drain_grace: duration_in(
+            "fleet.drain_grace",
+            raw.drain_grace,
+            Duration::from_secs(20),
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?,
+        forward_timeout: duration_in(
+            "fleet.forward_timeout",
+            raw.forward_timeout,
+            Duration::from_secs(70),
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?,
+        forward_connect_timeout: duration_in(
+            "fleet.forward_connect_timeout",
+            raw.forward_connect_timeout,
+            Duration::from_secs(2),
+            Duration::from_millis(10),
+            Duration::from_secs(60),
+        )?,
+        max_clock_skew: duration_in(
+            "fleet.max_clock_skew",
+            raw.max_clock_skew,
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+            Duration::from_secs(600),
+        )?,
+        max_transcript_bytes,
+    })
 }
 
 /// Validates the settings of an `http` or `sse` backend.
@@ -811,6 +1043,65 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "backend[0].url");
+    }
+
+    #[test]
+    fn fleet_settings_are_checked_and_state_owner_still_names_the_replica() {
+        let c = Config::parse(&format!("[state]\nowner = \"a\"\n{MINIMAL}"), None).unwrap();
+        assert_eq!(c.fleet.replica_id, "a");
+        assert_eq!(c.state.owner, "a");
+        assert!(c.fleet.internal_listen.is_none());
+        assert_eq!(c.backends[0].replay.default, Policy::Hold);
+        let c = Config::parse(
+            "[fleet]\nreplica_id = \"pod-1\"\ninternal_listen = \"0.0.0.0:8081\"\nadvertise = \"10.0.0.7:8081\"\n[[backend]]\nname = \"b\"\ncommand = \"s\"\nreplay = \"auto\"\nreplay_tools = { pay = \"hold\", get = \"replay\" }\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.state.owner, "pod-1");
+        assert_eq!(c.fleet.advertise.as_deref(), Some("10.0.0.7:8081"));
+        let r = &c.backends[0].replay;
+        assert_eq!(r.for_request("tools/call", Some("pay")), Policy::Hold);
+        assert_eq!(r.for_request("tools/call", Some("get")), Policy::Replay);
+        assert_eq!(r.for_request("tools/call", Some("other")), Policy::Auto);
+        assert_eq!(r.for_request("prompts/get", Some("greet")), Policy::Hold);
+        let cases = [
+            ("[fleet]\nreplica_id = \"a b\"\n", "fleet.replica_id"),
+            (
+                "[state]\nowner = \"a\"\n[fleet]\nreplica_id = \"b\"\n",
+                "fleet.replica_id",
+            ),
+            (
+                "[fleet]\ninternal_listen = \"x\"\n",
+                "fleet.internal_listen",
+            ),
+            (
+                "[fleet]\ninternal_listen = \"0.0.0.0:1\"\n",
+                "fleet.advertise",
+            ),
+            ("[fleet]\nadvertise = \"h:1\"\n", "fleet.advertise"),
+            (
+                "[fleet]\ninternal_listen = \"127.0.0.1:1\"\nadvertise = \"h:99999\"\n",
+                "fleet.advertise",
+            ),
+            (
+                "[fleet]\nforward_timeout = \"1ms\"\n",
+                "fleet.forward_timeout",
+            ),
+            (
+                "[fleet]\nmax_transcript_bytes = 0\n",
+                "fleet.max_transcript_bytes",
+            ),
+            ("[fleet]\ndrain = \"1s\"\n", "config"),
+        ];
+        for (text, field) in cases {
+            let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
+            assert_eq!(err.field, field, "{text}: {err}");
+        }
+        let err = Config::parse(&format!("{MINIMAL}replay = \"sometimes\"\n"), None).unwrap_err();
+        assert_eq!(err.field, "backend[0].replay");
+        let err =
+            Config::parse(&format!("{MINIMAL}replay_tools = {{ t = \"x\" }}\n"), None).unwrap_err();
+        assert_eq!(err.field, "backend[0].replay_tools.t");
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct Raw {
     pub log: Log,
     #[serde(default)]
     pub admin: Admin,
+    #[serde(default)]
+    pub fleet: Fleet,
     #[serde(default, rename = "backend")]
     pub backends: Vec<Backend>,
 }
@@ -118,6 +120,24 @@ pub struct Admin {
     pub max_connections: Option<usize>,
 }
 
+/// `[fleet]`: running as one of several replicas.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    pub replica_id: Option<String>,
+    pub advertise: Option<String>,
+    pub internal_listen: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub drain_grace: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub forward_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub forward_connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub max_clock_skew: Option<Duration>,
+    pub max_transcript_bytes: Option<usize>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Backend {
@@ -146,4 +166,9 @@ pub struct Backend {
     pub builtin_protocol: Option<String>,
     #[serde(default)]
     pub builtin_roots_on_init: bool,
+    /// How a call waiting for input survives between rounds: "hold", "replay" or "auto".
+    pub replay: Option<String>,
+    /// Per-tool overrides of `replay`.
+    #[serde(default)]
+    pub replay_tools: BTreeMap<String, String>,
 }

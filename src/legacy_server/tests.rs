@@ -274,7 +274,8 @@ async fn tools_list_lists_every_tool_with_schemas() {
             "slow",
             "crash",
             "session_info",
-            "progress"
+            "progress",
+            "two_step"
         ]
     );
     for tool in tools {

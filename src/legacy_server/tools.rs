@@ -38,6 +38,8 @@ struct ToolDef {
     required: &'static [&'static str],
     read_only: bool,
     destructive: bool,
+    /// Running it twice with the same input has no further effect (`idempotentHint`).
+    idempotent: bool,
 }
 
 fn no_properties() -> Value {
@@ -52,6 +54,7 @@ const TOOLS: &[ToolDef] = &[
         required: &["text"],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "ask_form",
@@ -60,6 +63,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "ask_url",
@@ -68,6 +72,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "sample",
@@ -76,6 +81,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "list_roots",
@@ -84,6 +90,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "all_three",
@@ -92,6 +99,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "pair",
@@ -100,6 +108,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "url_required",
@@ -108,6 +117,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "slow",
@@ -119,6 +129,7 @@ const TOOLS: &[ToolDef] = &[
         required: &["ms"],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "crash",
@@ -127,6 +138,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: false,
         destructive: true,
+        idempotent: false,
     },
     ToolDef {
         name: "session_info",
@@ -135,6 +147,7 @@ const TOOLS: &[ToolDef] = &[
         required: &[],
         read_only: true,
         destructive: false,
+        idempotent: false,
     },
     ToolDef {
         name: "progress",
@@ -146,6 +159,16 @@ const TOOLS: &[ToolDef] = &[
         required: &["steps"],
         read_only: true,
         destructive: false,
+        idempotent: false,
+    },
+    ToolDef {
+        name: "two_step",
+        description: "Asks for a name, then asks to confirm it: two elicitations in sequence, the second quoting the first answer.",
+        properties: || json!({"tag": {"type": "string", "description": "Quoted in both questions"}}),
+        required: &[],
+        read_only: false,
+        destructive: false,
+        idempotent: true,
     },
 ];
 
@@ -169,6 +192,7 @@ pub(crate) fn list(ctx: &Ctx) -> Value {
                 tool["annotations"] = json!({
                     "readOnlyHint": def.read_only,
                     "destructiveHint": def.destructive,
+                    "idempotentHint": def.idempotent,
                     "openWorldHint": false,
                 });
             }
@@ -198,6 +222,7 @@ pub(crate) async fn call(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
         "list_roots" => list_roots(ctx).await,
         "all_three" => all_three(ctx).await,
         "pair" => pair(ctx).await,
+        "two_step" => two_step(ctx, args).await,
         "url_required" => url_required(ctx),
         "slow" => slow(ctx, args).await,
         "crash" => crash(ctx).await,
@@ -290,6 +315,17 @@ async fn pair(ctx: &Ctx) -> ToolResult {
     let sample = asks::start_sample(ctx, DEFAULT_PROMPT)?;
     let (elicit, sample) = tokio::join!(asks::finish_elicit(elicit), asks::finish_sample(sample));
     Ok(json!({"elicit": elicit?.to_json(), "sample": sample?.to_json()}))
+}
+
+/// Two rounds: the second question depends on the first answer, so a replayed call that got
+/// a different first answer would be asked a different second question.
+async fn two_step(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {
+    let tag = optional_str(args, "tag")?.unwrap_or("");
+    let first = asks::ask_form(ctx, &format!("Name for {tag}?"), name_form()).await?;
+    let name = first.accepted_str("name").unwrap_or("").to_owned();
+    let schema = asks::single_string_schema("answer", "yes or no");
+    let second = asks::ask_form(ctx, &format!("Confirm {name} for {tag}?"), schema).await?;
+    Ok(json!({"tag": tag, "name": name, "confirm": second.accepted_str("answer")}))
 }
 
 fn url_required(ctx: &Ctx) -> ToolResult {

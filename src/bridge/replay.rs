@@ -1,0 +1,356 @@
+//! Replay mode: a call that keeps nothing in memory between rounds. When it needs input, the
+//! answers given so far and the new questions are sealed into requestState as a transcript
+//! ([`seal::Transcript`]) and the upstream call is cancelled. On the retry, any replica runs the
+//! call again and answers the backend's pushes from the transcript, matched by method and the
+//! input request's digest; a push the transcript does not hold, once every answer was used,
+//! is a new round. Anything else (the backend asks something different, earlier) is refused.
+//!
+//! This module also owns the policy choice (`hold`, `replay`, `auto` from tool annotations).
+
+use super::{Bridge, Reply, Request, invalid_state};
+use crate::config::Policy;
+use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
+use crate::protocol::input::{self, Kind};
+use crate::seal::{self, Claims, Digest, Turn};
+use crate::upstream::{CallEvent, Session};
+use dashmap::DashMap;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// How long a backend's tool annotations are trusted before they are fetched again.
+const ANNOTATIONS_TTL: Duration = Duration::from_secs(300);
+/// At most this many (backend, principal) annotation sets are cached; past it the cache restarts.
+const ANNOTATIONS_MAX: usize = 4096;
+/// `tools/list` pages followed at most when fetching annotations.
+const MAX_PAGES: usize = 16;
+
+/// The digest a push is matched by: the input request as the client sees it (method and
+/// params, without `_meta`), canonical because serde_json maps are ordered by key.
+pub(super) fn ask_digest(request: &Value) -> Digest {
+    seal::digest(&serde_json::to_vec(request).expect("JSON values serialize"))
+}
+
+/// How a push from the re-run backend relates to the transcript.
+#[derive(Debug, PartialEq)]
+pub(super) enum Match {
+    /// Answered before: write this answer upstream.
+    Answer(Value),
+    /// Asked before and still unanswered: ask the client again under the same key.
+    Ask(String),
+    /// Every earlier answer has been used: a new question, for a new round.
+    New,
+    /// The backend asks something the transcript does not hold while earlier answers are unused.
+    Mismatch,
+}
+
+/// A transcript being replayed.
+#[derive(Debug, Default)]
+pub(super) struct Run {
+    turns: Vec<Turn>,
+    used: Vec<bool>,
+}
+
+impl Run {
+    pub(super) fn new(turns: Vec<Turn>) -> Run {
+        let used = vec![false; turns.len()];
+        Run { turns, used }
+    }
+
+    pub(super) fn match_push(&mut self, method: &str, ask: &Digest) -> Match {
+        let found = self
+            .turns
+            .iter()
+            .enumerate()
+            .position(|(i, t)| !self.used[i] && t.method == method && &t.ask == ask);
+        if let Some(i) = found {
+            self.used[i] = true;
+            return match &self.turns[i].answer {
+                Some(answer) => Match::Answer(answer.clone()),
+                None => Match::Ask(self.turns[i].key.clone()),
+            };
+        }
+        let answers_left = self
+            .turns
+            .iter()
+            .zip(&self.used)
+            .any(|(t, used)| t.answer.is_some() && !used);
+        if answers_left {
+            Match::Mismatch
+        } else {
+            Match::New
+        }
+    }
+
+    /// The answered turns the backend asked for again, in transcript order: they carry over.
+    pub(super) fn answered(&self) -> impl Iterator<Item = &Turn> {
+        self.turns
+            .iter()
+            .zip(&self.used)
+            .filter(|(t, used)| **used && t.answer.is_some())
+            .map(|(t, _)| t)
+    }
+}
+
+/// The error a retry gets when the backend no longer asks what the transcript answers.
+pub(super) fn mismatch() -> ErrorObject {
+    ErrorObject::new(
+        jsonrpc::BACKEND_FAILED,
+        "the backend asked for different input than before, so this call cannot be replayed: issue the request again without requestState",
+    )
+}
+
+/// Tool name -> may be replayed.
+type Tools = Arc<HashMap<String, bool>>;
+
+/// Tool annotations per (backend, principal), with the time they were fetched.
+#[derive(Debug, Default)]
+pub(crate) struct Annotations {
+    cache: DashMap<(usize, Digest), (Instant, Tools)>,
+}
+
+impl Annotations {
+    fn cached(&self, backend: usize, principal: Digest) -> Option<Tools> {
+        let entry = self.cache.get(&(backend, principal))?;
+        (entry.0.elapsed() < ANNOTATIONS_TTL).then(|| entry.1.clone())
+    }
+
+    fn store(&self, backend: usize, principal: Digest, tools: Tools) {
+        if self.cache.len() >= ANNOTATIONS_MAX {
+            self.cache.clear();
+        }
+        self.cache
+            .insert((backend, principal), (Instant::now(), tools));
+    }
+}
+
+/// True when a tool's annotations say it may run again: read-only or idempotent.
+pub(super) fn replayable_tool(tool: &Value) -> bool {
+    let hint = |name: &str| tool.pointer(&format!("/annotations/{name}")) == Some(&json!(true));
+    hint("readOnlyHint") || hint("idempotentHint")
+}
+
+/// Decides, before the call is sent, whether it runs in replay mode. `auto` asks the backend
+/// for its tool list on the call's own session (cached per backend and principal).
+pub(super) async fn chosen(
+    bridge: &Bridge,
+    backend: usize,
+    req: &Request,
+    session: &Session,
+) -> bool {
+    let tool = req.params.get("name").and_then(Value::as_str);
+    match bridge.config.backends[backend]
+        .replay
+        .for_request(&req.method, tool)
+    {
+        Policy::Hold => false,
+        Policy::Replay => true,
+        Policy::Auto => {
+            let Some(tool) = tool else { return false };
+            let tools = match bridge.annotations.cached(backend, req.principal) {
+                Some(t) => t,
+                None => {
+                    match fetch_annotations(session, bridge.config.limits.request_timeout).await {
+                        Ok(t) => {
+                            let t = Arc::new(t);
+                            bridge.annotations.store(backend, req.principal, t.clone());
+                            t
+                        }
+                        Err(why) => {
+                            tracing::info!(backend = %session.backend(), "no tool annotations ({why}); holding the call");
+                            return false;
+                        }
+                    }
+                }
+            };
+            tools.get(tool).copied().unwrap_or(false)
+        }
+    }
+}
+
+async fn fetch_annotations(
+    session: &Session,
+    timeout: Duration,
+) -> Result<HashMap<String, bool>, String> {
+    let mut tools = HashMap::new();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..MAX_PAGES {
+        let params = cursor.take().map(|c| json!({ "cursor": c }));
+        let mut call = session
+            .request("tools/list", params, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        let outcome = tokio::time::timeout(timeout, async {
+            loop {
+                match call.events.recv().await {
+                    Some(CallEvent::Response(outcome)) => return outcome.map_err(|e| e.message),
+                    Some(CallEvent::Closed(r) | CallEvent::Unsent(r)) => return Err(r),
+                    None => return Err("session ended".into()),
+                    Some(_) => {}
+                }
+            }
+        })
+        .await;
+        let result = match outcome {
+            Ok(r) => r?,
+            Err(_) => {
+                session.forget(call.id.clone());
+                return Err("tools/list timed out".into());
+            }
+        };
+        for tool in result
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                tools.insert(name.to_owned(), replayable_tool(tool));
+            }
+        }
+        match result.get("nextCursor") {
+            Some(c) if !c.is_null() => cursor = Some(c.clone()),
+            _ => return Ok(tools),
+        }
+    }
+    Ok(tools)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Serves a retry whose state carries a transcript: checks it like any state, takes the new
+/// answers into the transcript, and runs the call again here.
+pub(super) async fn resume(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    claims: Claims,
+    mut responses: Map<String, Value>,
+    reply: mpsc::Sender<Reply>,
+) {
+    let Some(transcript) = claims.replay else {
+        let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+        return;
+    };
+    let fresh = claims.expires_at_ms > now_ms();
+    let same_principal = claims.principal == req.principal;
+    let same_request = claims.request == Bridge::request_digest(&req.method, &req.params);
+    let same_backend = transcript.backend == bridge.config.backends[backend].path;
+    if !(fresh && same_principal && same_request && same_backend) {
+        let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+        return;
+    }
+    let mut turns = transcript.turns;
+    for turn in turns.iter_mut().filter(|t| t.answer.is_none()) {
+        let Some(answer) = responses.remove(&turn.key) else {
+            continue; // asked again when the backend gets there
+        };
+        let Some(kind) = Kind::from_method(&turn.method) else {
+            let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+            return;
+        };
+        if let Err(why) = input::validate_response(kind, &answer) {
+            let e = ErrorObject::new(
+                INVALID_PARAMS,
+                format!("inputResponses[\"{}\"]: {why}", turn.key),
+            );
+            let _ = reply.send(Reply::Done(Err(e))).await;
+            return;
+        }
+        turn.answer = Some(answer);
+    }
+    super::call::rerun(
+        bridge,
+        backend,
+        req,
+        claims.round,
+        transcript.next_key,
+        Run::new(turns),
+        reply,
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(key: &str, method: &str, ask: &str, answer: Option<Value>) -> Turn {
+        Turn {
+            key: key.into(),
+            method: method.into(),
+            ask: seal::digest(ask.as_bytes()),
+            answer,
+        }
+    }
+
+    const E: &str = "elicitation/create";
+    const S: &str = "sampling/createMessage";
+
+    #[test]
+    fn pushes_match_by_method_and_digest_in_any_order() {
+        let mut run = Run::new(vec![
+            turn("elicitation-1", E, "a", Some(json!(1))),
+            turn("sampling-2", S, "b", Some(json!(2))),
+        ]);
+        assert_eq!(
+            run.match_push(S, &seal::digest(b"b")),
+            Match::Answer(json!(2))
+        );
+        assert_eq!(
+            run.match_push(E, &seal::digest(b"a")),
+            Match::Answer(json!(1))
+        );
+        assert_eq!(run.match_push(E, &seal::digest(b"c")), Match::New);
+        assert_eq!(run.answered().count(), 2);
+    }
+
+    #[test]
+    fn a_different_question_before_the_answers_are_used_is_a_mismatch() {
+        let mut run = Run::new(vec![turn("elicitation-1", E, "a", Some(json!(1)))]);
+        assert_eq!(run.match_push(E, &seal::digest(b"x")), Match::Mismatch);
+        assert_eq!(run.match_push(S, &seal::digest(b"a")), Match::Mismatch);
+    }
+
+    #[test]
+    fn unanswered_turns_are_asked_again_under_their_key() {
+        let mut run = Run::new(vec![
+            turn("elicitation-1", E, "a", Some(json!(1))),
+            turn("elicitation-2", E, "b", None),
+        ]);
+        assert_eq!(
+            run.match_push(E, &seal::digest(b"a")),
+            Match::Answer(json!(1))
+        );
+        assert_eq!(
+            run.match_push(E, &seal::digest(b"b")),
+            Match::Ask("elicitation-2".into())
+        );
+        assert_eq!(run.answered().count(), 1);
+    }
+
+    #[test]
+    fn annotations_decide_auto() {
+        assert!(replayable_tool(
+            &json!({"name": "t", "annotations": {"readOnlyHint": true}})
+        ));
+        assert!(replayable_tool(
+            &json!({"name": "t", "annotations": {"readOnlyHint": false, "idempotentHint": true}})
+        ));
+        assert!(!replayable_tool(
+            &json!({"name": "t", "annotations": {"destructiveHint": true}})
+        ));
+        assert!(!replayable_tool(&json!({"name": "t"})));
+        assert!(!replayable_tool(
+            &json!({"name": "t", "annotations": {"readOnlyHint": "yes"}})
+        ));
+    }
+}
