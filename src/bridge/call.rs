@@ -471,16 +471,10 @@ impl Task {
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
             outstanding: self.pending.keys().cloned().collect(),
         };
-        let requests: Map<String, Value> = self
-            .pending
-            .iter()
-            .map(|(k, p)| (k.clone(), p.request.clone()))
-            .collect();
-        json!({
-            "resultType": "input_required",
-            "inputRequests": requests,
-            "requestState": self.bridge.keys.seal(&claims),
-        })
+        input::input_required_result(
+            self.pending.iter().map(|(k, p)| (k, &p.request)),
+            self.bridge.keys.seal(&claims),
+        )
     }
 
     /// A backend notification as the client should see it, if it should see it at all.
