@@ -241,3 +241,52 @@ pub fn scratch() -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
+
+/// CPU accounting of a set of processes, summed over their threads from
+/// `/proc/PID/task/TID/schedstat`: time on a CPU, and time runnable but waiting for one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sched {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+}
+
+impl Sched {
+    pub fn of(pids: &[u32]) -> Sched {
+        let mut total = Sched::default();
+        for pid in pids {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for t in tasks.filter_map(|e| e.ok()) {
+                let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+                    continue;
+                };
+                let mut f = s.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+                total.run_ns += f.next().unwrap_or(0);
+                total.wait_ns += f.next().unwrap_or(0);
+            }
+        }
+        total
+    }
+
+    /// What was spent since `before`, per operation, in microseconds: (on CPU, waiting for CPU).
+    pub fn per_op_us(&self, before: &Sched, ops: u64) -> (f64, f64) {
+        let ops = ops.max(1) as f64;
+        (
+            self.run_ns.saturating_sub(before.run_ns) as f64 / ops / 1000.0,
+            self.wait_ns.saturating_sub(before.wait_ns) as f64 / ops / 1000.0,
+        )
+    }
+}
+
+/// The gateway's backend children, for CPU accounting.
+pub fn children(parent: u32) -> Vec<u32> {
+    children_of(parent)
+}
+
+/// The 1-, 5- and 15-minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}

@@ -21,7 +21,7 @@ mod report;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Parser;
-use gateway::{BackendKind, Gateway, HttpFixture, Settings};
+use gateway::{BackendKind, Gateway, HttpFixture, Sched, Settings};
 use hdrhistogram::Histogram;
 use legacy::Legacy;
 use modern::Conn;
@@ -104,10 +104,34 @@ impl Latency {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Load {
+    /// Calls made, warm-up included.
+    pub sent: u64,
     pub latency: Latency,
     pub throughput_rps: f64,
     pub errors: u64,
     pub first_error: Option<String>,
+}
+
+/// CPU spent per operation, in microseconds: on a CPU, and runnable but waiting for one.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Cpu {
+    pub gateway_run_us: f64,
+    pub gateway_wait_us: f64,
+    pub backend_run_us: f64,
+    pub backend_wait_us: f64,
+}
+
+impl Cpu {
+    fn between(gw: (&Sched, &Sched), backend: (&Sched, &Sched), ops: u64) -> Cpu {
+        let (gateway_run_us, gateway_wait_us) = gw.1.per_op_us(gw.0, ops);
+        let (backend_run_us, backend_wait_us) = backend.1.per_op_us(backend.0, ops);
+        Cpu {
+            gateway_run_us,
+            gateway_wait_us,
+            backend_run_us,
+            backend_wait_us,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -132,13 +156,19 @@ pub struct Limit {
 #[derive(Debug, Clone, Serialize)]
 pub struct Results {
     pub backend: String,
+    pub loadavg_before: String,
+    pub loadavg_after: String,
     pub rate: f64,
     pub connections: usize,
     pub warmup_s: f64,
     pub duration_s: f64,
     pub direct: Load,
     pub gateway: Load,
+    pub direct_cpu: Cpu,
+    pub gateway_cpu: Cpu,
     pub rounds: usize,
+    pub resume_direct_cpu: Cpu,
+    pub resume_gateway_cpu: Cpu,
     pub resume_gateway: Latency,
     pub resume_direct: Latency,
     pub baseline_rss_kib: u64,
@@ -178,6 +208,7 @@ async fn open_loop<C: Caller>(
                 let mut hist = histogram();
                 let (mut errors, mut first_error, mut last) = (0u64, None, from);
                 let mut prev_done = start;
+                let mut sent = 0u64;
                 for k in 0u64.. {
                     let scheduled = start + interval.mul_f64(k as f64 + i as f64 / n as f64);
                     if scheduled >= end {
@@ -189,6 +220,7 @@ async fn open_loop<C: Caller>(
                     }
                     let begin = if busy { scheduled } else { Instant::now() };
                     let r = c.call().await;
+                    sent += 1;
                     let done = Instant::now();
                     prev_done = done;
                     if scheduled < from {
@@ -203,14 +235,15 @@ async fn open_loop<C: Caller>(
                         }
                     }
                 }
-                (hist, errors, first_error, last)
+                (hist, errors, first_error, last, sent)
             })
         })
         .collect();
     let mut hist = histogram();
-    let (mut errors, mut first_error, mut last) = (0, None, from);
+    let (mut errors, mut first_error, mut last, mut sent) = (0, None, from, 0);
     for t in tasks {
-        let (h, e, fe, l) = t.await.expect("caller task");
+        let (h, e, fe, l, n) = t.await.expect("caller task");
+        sent += n;
         hist.add(&h).expect("same bounds");
         errors += e;
         if first_error.is_none() {
@@ -220,6 +253,7 @@ async fn open_loop<C: Caller>(
     }
     let secs = (last - from).as_secs_f64().max(measure.as_secs_f64());
     Load {
+        sent,
         throughput_rps: hist.len() as f64 / secs,
         latency: Latency::of(&hist),
         errors,
@@ -360,6 +394,13 @@ async fn park(url: &str, count: usize, conns: usize) -> anyhow::Result<(usize, u
     Ok(total)
 }
 
+fn progress(what: &str, l: &Latency) {
+    eprintln!(
+        "{what}: p50 {:.0} µs, p99 {:.0} µs over {} calls",
+        l.p50_us, l.p99_us, l.count
+    );
+}
+
 /// Waits for the allocator and the runtime to settle before a memory reading.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -386,22 +427,33 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let measure = Duration::from_secs_f64(args.duration);
 
     // (a) and (b), the baseline first: a legacy client straight to the fixture.
-    eprintln!("(a) direct: {} req/s for {}s", args.rate, args.duration);
-    let mut backend = match args.backend {
-        BackendKind::Stdio => Legacy::start(exe).await?,
-        BackendKind::Http => bail!(
-            "the direct HTTP baseline needs a legacy Streamable HTTP client, which this harness does not have yet"
-        ),
+    let loadavg_before = gateway::loadavg();
+    let mut backend = match &fixture {
+        None => Legacy::stdio(exe).await?,
+        Some(f) => Legacy::http(&f.url, f.proc.pid).await?,
     };
+    let none = Sched::default();
+    let child = [backend.pid];
     eprintln!("(b) direct: {} rounds", args.rounds);
+    let before = Sched::of(&child);
     let resume_direct = direct_rounds(&mut backend, args.rounds).await?;
+    let resume_direct_cpu = Cpu::between(
+        (&none, &none),
+        (&before, &Sched::of(&child)),
+        args.rounds as u64,
+    );
     let shared = Arc::new(backend);
     let callers = (0..args.connections)
         .map(|_| DirectEcho {
             backend: shared.clone(),
         })
         .collect();
+    let before = Sched::of(&child);
+    eprintln!("(a) direct: {} req/s for {}s", args.rate, args.duration);
     let direct = open_loop(callers, args.rate, warmup, measure).await;
+    let direct_cpu = Cpu::between((&none, &none), (&before, &Sched::of(&child)), direct.sent);
+    progress("(b) direct", &Latency::of(&resume_direct));
+    progress("(a) direct", &direct.latency);
     let backend = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
     backend.stop().await;
 
@@ -413,7 +465,21 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
     eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);
     eprintln!("(b) gateway: {} rounds", args.rounds);
+    let gw_pid = [gw.proc.pid];
+    // The backend's processes: the gateway's stdio children, or the HTTP fixture.
+    let fixture_pid = fixture.as_ref().map(|f| f.proc.pid);
+    let backend_pids = |gw: &Gateway| match fixture_pid {
+        Some(pid) => vec![pid],
+        None => gateway::children(gw.proc.pid),
+    };
+    let (gw0, kids0) = (Sched::of(&gw_pid), Sched::of(&backend_pids(&gw)));
     let resume_gateway = gateway_rounds(&gw.url, args.rounds).await?;
+    progress("(b) gateway", &Latency::of(&resume_gateway));
+    let resume_gateway_cpu = Cpu::between(
+        (&gw0, &Sched::of(&gw_pid)),
+        (&kids0, &Sched::of(&backend_pids(&gw))),
+        args.rounds as u64,
+    );
     eprintln!("(a) gateway: {} req/s for {}s", args.rate, args.duration);
     let mut callers = Vec::new();
     for _ in 0..args.connections {
@@ -422,7 +488,14 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
             body: modern::tools_call(1, "echo", json!({"text": "hello"}), json!({}), None),
         });
     }
+    let (gw0, kids0) = (Sched::of(&gw_pid), Sched::of(&backend_pids(&gw)));
     let through = open_loop(callers, args.rate, warmup, measure).await;
+    progress("(a) gateway", &through.latency);
+    let gateway_cpu = Cpu::between(
+        (&gw0, &Sched::of(&gw_pid)),
+        (&kids0, &Sched::of(&backend_pids(&gw))),
+        through.sent,
+    );
 
     // (c) and (d): memory per parked call, then the limit.
     settle().await;
@@ -462,6 +535,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         rss_at_limit_kib,
         rss_after_refusals_kib: gw.rss_kib()?,
     };
+    let loadavg_after = gateway::loadavg();
     gw.proc.stop(Duration::from_secs(20)).await;
     if let Some(f) = fixture {
         f.proc.stop(Duration::from_secs(5)).await;
@@ -469,6 +543,12 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Results {
         backend: format!("{:?}", args.backend).to_lowercase(),
+        loadavg_before,
+        loadavg_after,
+        direct_cpu,
+        gateway_cpu,
+        resume_direct_cpu,
+        resume_gateway_cpu,
         rate: args.rate,
         connections: args.connections,
         warmup_s: args.warmup,

@@ -75,6 +75,14 @@ fn proc_field(file: &str, key: &str) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// This process's nice value (field 19 of `/proc/self/stat`).
+fn niceness() -> String {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(')')?.1.split_whitespace().nth(16)?.to_owned()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let mut s = String::new();
     let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
@@ -84,6 +92,7 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let mem = proc_field("/proc/meminfo", "MemTotal");
     let kernel = output("uname", &["-r"]);
     let rustc = output("rustc", &["--version"]);
+    let nice = niceness();
 
     let add_p50 = r.gateway.latency.p50_us - r.direct.latency.p50_us;
     let add_p99 = r.gateway.latency.p99_us - r.direct.latency.p99_us;
@@ -103,7 +112,10 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         s,
         "## Machine\n\n- CPU: {cpu}, {cpus} logical CPUs (`nproc`), shared with the load client \
          and the backend\n- memory: {mem}\n- kernel {kernel}; {rustc}; release profile (thin LTO, \
-         one codegen unit)\n"
+         one codegen unit)\n- load average (1, 5, 15 min) {} at the start of the load run, {} at \
+         the end: the machine is shared, and other work competed for the CPUs throughout\n- \
+         niceness of the benchmark processes: {nice}\n",
+        r.loadavg_before, r.loadavg_after
     );
 
     let _ = writeln!(s, "## Figures against targets\n");
@@ -163,6 +175,24 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         "| (b) answer written → result read, backend directly, p50 / p99 | {} / {} | | |",
         us(r.resume_direct.p50_us),
         us(r.resume_direct.p99_us)
+    );
+    let _ = writeln!(
+        s,
+        "| (a) CPU per pass-through call: gateway on CPU / waiting for a CPU | {} / {} | | |",
+        us(r.gateway_cpu.gateway_run_us),
+        us(r.gateway_cpu.gateway_wait_us)
+    );
+    let _ = writeln!(
+        s,
+        "| (a) CPU per call of the backend: via the gateway / directly | {} / {} | | |",
+        us(r.gateway_cpu.backend_run_us),
+        us(r.direct_cpu.backend_run_us)
+    );
+    let _ = writeln!(
+        s,
+        "| (b) CPU per MRTR call (first request + retry): gateway on CPU / waiting for a CPU | {} / {} | | |",
+        us(r.resume_gateway_cpu.gateway_run_us),
+        us(r.resume_gateway_cpu.gateway_wait_us)
     );
     for m in &r.memory {
         let (target, ok) = if stdio {
@@ -278,36 +308,62 @@ refused (-32000) and RSS must not grow.\n",
     );
 
     let _ = writeln!(s, "## Reading\n");
+    let g = &r.gateway_cpu;
     let _ = writeln!(
         s,
-        "- (a) The gateway path adds an HTTP/1.1 exchange on loopback, header and `_meta` \
-checks, a JSON parse and re-serialization each way, and a hop through the session task to the \
-child's pipe. The micro-benchmarks show the parse of a small body costs about {} of that; the \
-rest is socket and task-scheduling time on two CPUs that the client, the gateway and the backend \
-share. The tail (p99) is dominated by scheduling: three processes with six runtime workers on \
-two CPUs.",
+        "- (a) Per pass-through call the gateway spent {} on a CPU, and its threads spent {} \
+runnable but waiting for one; the backend child spent {} per call (directly: {}). A `perf` \
+profile of the gateway at 2,000 req/s puts most of its CPU in the kernel's loopback TCP path \
+(`writev` → `tcp_sendmsg`, with the receiving side's softirq run inline); its own code (hyper's \
+codec, `jsonrpc::parse` at {} for a small body, header and `_meta` checks, serializing) is a few \
+per cent each, and a third of its CPU goes to context switches and wake-ups (each request wakes a \
+parked worker on the socket, again on the pipe). {} The rest of the added latency is waiting for a \
+CPU: the client, the gateway (two runtime workers) and the backend share two CPUs with other work \
+(load average above). The p99 is that wait at its worst.",
+        us(g.gateway_run_us),
+        us(g.gateway_wait_us),
+        us(g.backend_run_us),
+        us(r.direct_cpu.backend_run_us),
         criterion_median_ns(criterion, "jsonrpc_parse/tools_call_small")
-            .map_or("(not measured)".into(), duration)
+            .map_or("(not measured)".into(), duration),
+        if g.gateway_run_us <= 150.0 {
+            "The gateway's own CPU per call fits within the 150 µs budget."
+        } else {
+            "The gateway's own CPU per call alone exceeds the 150 µs budget."
+        }
     );
     let _ = writeln!(
         s,
         "- (b) A resume round costs the gateway one HTTP exchange, opening the state ({}), \
-digesting the request, a hand-over to the parked call's task, and writing the answer upstream. \
-The backend's own part is the same in both measurements and cancels out.",
-        criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration)
+digesting the request, a hand-over to the parked call's task, writing the answer upstream, and \
+routing the backend's result back. Its CPU is small; its latency is hops: the connection task \
+hands the retry to the call's task, which hands the answer to the session task that owns the \
+pipe, and the result comes back the same way. Sequential rounds leave the runtime idle between \
+requests, so each hop wakes a parked worker thread (a `perf` profile of this phase shows about a \
+quarter of the gateway's CPU in context switches and wake-ups), and on a busy machine each \
+wake-up waits for a CPU ({} per MRTR call here). The backend's own part is the same in both \
+measurements and cancels out.",
+        criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration),
+        us(r.resume_gateway_cpu.gateway_wait_us)
     );
     if let Some(m) = last {
         let _ = writeln!(
             s,
             "- (c) With stdio backends a parked call holds a whole upstream session: the child \
-process, its three pipes, the session task with its read buffer and routing state, the call's \
-task and channels, and the park entry. The gateway's share was {:.1} KiB per call at {} parked; \
-each child also uses about {:.0} KiB of its own (its own process, not counted). The 16 KiB target \
-is set for HTTP backends, where a parked call holds no process; it is measured once the HTTP \
-backend lands (`benches/run.sh --backend http`).",
+process, its three pipes, the session task with its 8 KiB read buffers (stdout frames and the \
+stderr reader) and routing state, the call's task and channels, and the park entry. The \
+gateway's share was {:.1} KiB per call at {} parked; each child also uses about {:.0} KiB of its \
+own (its own process, not counted). The 16 KiB target is set for HTTP backends, where a parked \
+call holds no process; it is measured with `benches/run.sh --backend http` once the HTTP backend \
+lands. There were {} children for {} parked calls: the rest are idle sessions, most of them \
+started at once by the first concurrent pass-through calls of (a) (the pool starts a session for \
+each caller that finds none free, up to `pool_max`, rather than letting them share the one being \
+started).",
             m.per_call_kib,
             m.parked,
-            m.children_rss_kib as f64 / m.children.max(1) as f64
+            m.children_rss_kib as f64 / m.children.max(1) as f64,
+            m.children,
+            m.parked
         );
     }
     let _ = writeln!(
@@ -316,9 +372,9 @@ backend lands (`benches/run.sh --backend http`).",
 `max_parked_per_principal`); past it the gateway answers -32000 at once and abandons the backend \
 call, so memory stays flat. With stdio, `pool_max` children bound it first: 10,000 parked calls \
 would be 10,000 processes. The 10,000 figure needs the HTTP backend: `benches/run.sh --backend \
-http` is written for it (the gateway is configured with `kind = \"http\"` and the fixture started \
-as `legacy-server --http 127.0.0.1:0`) but runs only once both land; its direct baseline also \
-needs a legacy Streamable HTTP client in the harness, which is not written yet."
+http` is written for it (the gateway is configured with `kind = \"http\"` and `url`, the fixture \
+started as `legacy-server --http 127.0.0.1:0` and its URL read from the first stdout line holding \
+`http://`, and the direct baseline speaks legacy Streamable HTTP), but it runs only once both land."
     );
     s
 }
