@@ -269,6 +269,20 @@ impl Sched {
         total
     }
 
+    pub fn minus(&self, before: &Sched) -> Sched {
+        Sched {
+            run_ns: self.run_ns.saturating_sub(before.run_ns),
+            wait_ns: self.wait_ns.saturating_sub(before.wait_ns),
+        }
+    }
+
+    pub fn plus(&self, other: &Sched) -> Sched {
+        Sched {
+            run_ns: self.run_ns + other.run_ns,
+            wait_ns: self.wait_ns + other.wait_ns,
+        }
+    }
+
     /// What was spent since `before`, per operation, in microseconds: (on CPU, waiting for CPU).
     pub fn per_op_us(&self, before: &Sched, ops: u64) -> (f64, f64) {
         let ops = ops.max(1) as f64;

@@ -46,12 +46,15 @@ struct Args {
     /// Keep-alive connections (and, for the baseline, concurrent callers on the one pipe).
     #[arg(long, default_value_t = 16)]
     connections: usize,
-    /// Seconds of warm-up before recording, for each side of (a).
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds of warm-up before each slice of (a).
+    #[arg(long, default_value_t = 1.0)]
     warmup: f64,
-    /// Seconds recorded, for each side of (a).
-    #[arg(long, default_value_t = 8.0)]
+    /// Seconds recorded for each side of (a), over all slices.
+    #[arg(long, default_value_t = 15.0)]
     duration: f64,
+    /// The direct and the gateway side alternate this many times, in (a) and (b).
+    #[arg(long, default_value_t = 5)]
+    slices: usize,
     /// MRTR rounds timed for (b), through the gateway and directly.
     #[arg(long, default_value_t = 400)]
     rounds: usize,
@@ -167,6 +170,7 @@ pub struct Results {
     pub direct_cpu: Cpu,
     pub gateway_cpu: Cpu,
     pub rounds: usize,
+    pub slices: usize,
     pub resume_direct_cpu: Cpu,
     pub resume_gateway_cpu: Cpu,
     pub resume_gateway: Latency,
@@ -185,16 +189,26 @@ trait Caller: Send + 'static {
     fn call(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
-/// Drives `callers` open-loop at `rate` in total. Each caller has its own fixed schedule, offset
-/// from the others. Latency runs from the send, or from the scheduled time when the caller was
-/// still busy with the previous request then (so queueing is counted and a slow server cannot
-/// hide behind fewer sends), but never includes the timer's own lateness (1 ms granularity).
+/// What one open-loop slice recorded.
+struct Slice {
+    hist: Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+    sent: u64,
+    secs: f64,
+}
+
+/// Drives `callers` open-loop at `rate` in total and hands them back. Each caller has its own
+/// fixed schedule, offset from the others. Latency runs from the send, or from the scheduled time
+/// when the caller was still busy with the previous request then (so queueing is counted and a
+/// slow server cannot hide behind fewer sends), but never includes the timer's own lateness
+/// (1 ms granularity).
 async fn open_loop<C: Caller>(
     callers: Vec<C>,
     rate: f64,
     warmup: Duration,
     measure: Duration,
-) -> Load {
+) -> (Slice, Vec<C>) {
     let n = callers.len();
     let interval = Duration::from_secs_f64(n as f64 / rate);
     let start = Instant::now() + Duration::from_millis(50);
@@ -235,30 +249,102 @@ async fn open_loop<C: Caller>(
                         }
                     }
                 }
-                (hist, errors, first_error, last, sent)
+                (hist, errors, first_error, last, sent, c)
             })
         })
         .collect();
-    let mut hist = histogram();
-    let (mut errors, mut first_error, mut last, mut sent) = (0, None, from, 0);
+    let mut slice = Slice {
+        hist: histogram(),
+        errors: 0,
+        first_error: None,
+        sent: 0,
+        secs: 0.0,
+    };
+    let mut last = from;
+    let mut callers = Vec::with_capacity(n);
     for t in tasks {
-        let (h, e, fe, l, n) = t.await.expect("caller task");
-        sent += n;
-        hist.add(&h).expect("same bounds");
-        errors += e;
-        if first_error.is_none() {
-            first_error = fe;
+        let (h, e, fe, l, sent, c) = t.await.expect("caller task");
+        slice.sent += sent;
+        slice.hist.add(&h).expect("same bounds");
+        slice.errors += e;
+        if slice.first_error.is_none() {
+            slice.first_error = fe;
         }
         last = last.max(l);
+        callers.push(c);
     }
-    let secs = (last - from).as_secs_f64().max(measure.as_secs_f64());
-    Load {
-        sent,
-        throughput_rps: hist.len() as f64 / secs,
-        latency: Latency::of(&hist),
-        errors,
-        first_error,
+    slice.secs = (last - from).as_secs_f64().max(measure.as_secs_f64());
+    (slice, callers)
+}
+
+/// One side of an interleaved comparison, summed over its slices.
+struct Side {
+    slices: Slice,
+    gateway: Sched,
+    backend: Sched,
+    ops: u64,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            slices: Slice {
+                hist: histogram(),
+                errors: 0,
+                first_error: None,
+                sent: 0,
+                secs: 0.0,
+            },
+            gateway: Sched::default(),
+            backend: Sched::default(),
+            ops: 0,
+        }
     }
+
+    /// Adds a slice's latencies and the CPU its processes used meanwhile.
+    fn add(&mut self, hist: &Histogram<u64>, secs: f64, ops: u64, gateway: Sched, backend: Sched) {
+        self.slices.hist.add(hist).expect("same bounds");
+        self.slices.secs += secs;
+        self.ops += ops;
+        self.gateway = self.gateway.plus(&gateway);
+        self.backend = self.backend.plus(&backend);
+    }
+
+    fn add_slice(&mut self, s: Slice, gateway: Sched, backend: Sched) {
+        self.add(&s.hist, s.secs, s.sent, gateway, backend);
+        self.slices.sent += s.sent;
+        self.slices.errors += s.errors;
+        if self.slices.first_error.is_none() {
+            self.slices.first_error = s.first_error;
+        }
+    }
+
+    fn load(&self) -> Load {
+        Load {
+            sent: self.slices.sent,
+            throughput_rps: self.slices.hist.len() as f64 / self.slices.secs.max(f64::MIN_POSITIVE),
+            latency: Latency::of(&self.slices.hist),
+            errors: self.slices.errors,
+            first_error: self.slices.first_error.clone(),
+        }
+    }
+
+    fn cpu(&self) -> Cpu {
+        let none = Sched::default();
+        Cpu::between((&none, &self.gateway), (&none, &self.backend), self.ops)
+    }
+}
+
+/// Measures the CPU that `gateway` and `backend` processes use while `f` runs.
+async fn metered<T>(
+    gateway: &[u32],
+    backend: impl Fn() -> Vec<u32>,
+    f: impl Future<Output = T>,
+) -> (T, Sched, Sched) {
+    let (g0, b0) = (Sched::of(gateway), Sched::of(&backend()));
+    let out = f.await;
+    let (g1, b1) = (Sched::of(gateway), Sched::of(&backend()));
+    (out, g1.minus(&g0), b1.minus(&b0))
 }
 
 struct GatewayEcho {
@@ -426,76 +512,88 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let warmup = Duration::from_secs_f64(args.warmup);
     let measure = Duration::from_secs_f64(args.duration);
 
-    // (a) and (b), the baseline first: a legacy client straight to the fixture.
+    // The baseline (a legacy client straight to the fixture) and the gateway run side by side,
+    // measured in alternating slices so that both see the same machine: it is shared, and other
+    // work on it comes and goes.
     let loadavg_before = gateway::loadavg();
     let mut backend = match &fixture {
         None => Legacy::stdio(exe).await?,
         Some(f) => Legacy::http(&f.url, f.proc.pid).await?,
     };
-    let none = Sched::default();
-    let child = [backend.pid];
-    eprintln!("(b) direct: {} rounds", args.rounds);
-    let before = Sched::of(&child);
-    let resume_direct = direct_rounds(&mut backend, args.rounds).await?;
-    let resume_direct_cpu = Cpu::between(
-        (&none, &none),
-        (&before, &Sched::of(&child)),
-        args.rounds as u64,
-    );
-    let shared = Arc::new(backend);
-    let callers = (0..args.connections)
-        .map(|_| DirectEcho {
-            backend: shared.clone(),
-        })
-        .collect();
-    let before = Sched::of(&child);
-    eprintln!("(a) direct: {} req/s for {}s", args.rate, args.duration);
-    let direct = open_loop(callers, args.rate, warmup, measure).await;
-    let direct_cpu = Cpu::between((&none, &none), (&before, &Sched::of(&child)), direct.sent);
-    progress("(b) direct", &Latency::of(&resume_direct));
-    progress("(a) direct", &direct.latency);
-    let backend = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
-    backend.stop().await;
-
-    // Through the gateway.
     let settings = Settings {
         pool_max: max_parked + args.beyond + 8,
         max_parked,
     };
     let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
     eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);
-    eprintln!("(b) gateway: {} rounds", args.rounds);
     let gw_pid = [gw.proc.pid];
-    // The backend's processes: the gateway's stdio children, or the HTTP fixture.
+    let direct_pid = [backend.pid];
+    // The backend's processes behind the gateway: its stdio children, or the HTTP fixture.
     let fixture_pid = fixture.as_ref().map(|f| f.proc.pid);
-    let backend_pids = |gw: &Gateway| match fixture_pid {
+    let gw_backend = || match fixture_pid {
         Some(pid) => vec![pid],
         None => gateway::children(gw.proc.pid),
     };
-    let (gw0, kids0) = (Sched::of(&gw_pid), Sched::of(&backend_pids(&gw)));
-    let resume_gateway = gateway_rounds(&gw.url, args.rounds).await?;
-    progress("(b) gateway", &Latency::of(&resume_gateway));
-    let resume_gateway_cpu = Cpu::between(
-        (&gw0, &Sched::of(&gw_pid)),
-        (&kids0, &Sched::of(&backend_pids(&gw))),
-        args.rounds as u64,
+    let slices = args.slices.max(1);
+
+    // (b): rounds in alternating chunks.
+    eprintln!("(b) {} rounds each way, in {slices} slices", args.rounds);
+    let (mut resume_direct, mut resume_gateway) = (Side::new(), Side::new());
+    for k in 0..slices {
+        let n = args.rounds / slices + usize::from(k < args.rounds % slices);
+        let (h, g, b) = metered(&[], || direct_pid.to_vec(), direct_rounds(&mut backend, n)).await;
+        resume_direct.add(&h?, 0.0, n as u64, g, b);
+        let (h, g, b) = metered(&gw_pid, gw_backend, gateway_rounds(&gw.url, n)).await;
+        resume_gateway.add(&h?, 0.0, n as u64, g, b);
+    }
+    progress("(b) direct", &Latency::of(&resume_direct.slices.hist));
+    progress("(b) gateway", &Latency::of(&resume_gateway.slices.hist));
+
+    // (a): open-loop slices, alternating.
+    eprintln!(
+        "(a) {} req/s, {}s recorded each way, in {slices} slices",
+        args.rate, args.duration
     );
-    eprintln!("(a) gateway: {} req/s for {}s", args.rate, args.duration);
-    let mut callers = Vec::new();
+    let shared = Arc::new(backend);
+    let mut direct_callers: Vec<DirectEcho> = (0..args.connections)
+        .map(|_| DirectEcho {
+            backend: shared.clone(),
+        })
+        .collect();
+    let mut gw_callers = Vec::new();
     for _ in 0..args.connections {
-        callers.push(GatewayEcho {
+        gw_callers.push(GatewayEcho {
             conn: Conn::open(&gw.url).await?,
             body: modern::tools_call(1, "echo", json!({"text": "hello"}), json!({}), None),
         });
     }
-    let (gw0, kids0) = (Sched::of(&gw_pid), Sched::of(&backend_pids(&gw)));
-    let through = open_loop(callers, args.rate, warmup, measure).await;
-    progress("(a) gateway", &through.latency);
-    let gateway_cpu = Cpu::between(
-        (&gw0, &Sched::of(&gw_pid)),
-        (&kids0, &Sched::of(&backend_pids(&gw))),
-        through.sent,
-    );
+    let slice_time = measure / slices as u32;
+    let (mut direct, mut through) = (Side::new(), Side::new());
+    for _ in 0..slices {
+        let ((s, c), g, b) = metered(
+            &[],
+            || direct_pid.to_vec(),
+            open_loop(direct_callers, args.rate, warmup, slice_time),
+        )
+        .await;
+        direct_callers = c;
+        direct.add_slice(s, g, b);
+        let ((s, c), g, b) = metered(
+            &gw_pid,
+            gw_backend,
+            open_loop(gw_callers, args.rate, warmup, slice_time),
+        )
+        .await;
+        gw_callers = c;
+        through.add_slice(s, g, b);
+    }
+    let (direct_load, through_load) = (direct.load(), through.load());
+    progress("(a) direct", &direct_load.latency);
+    progress("(a) gateway", &through_load.latency);
+    drop(direct_callers);
+    drop(gw_callers);
+    let backend = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
+    backend.stop().await;
 
     // (c) and (d): memory per parked call, then the limit.
     settle().await;
@@ -545,19 +643,20 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         backend: format!("{:?}", args.backend).to_lowercase(),
         loadavg_before,
         loadavg_after,
-        direct_cpu,
-        gateway_cpu,
-        resume_direct_cpu,
-        resume_gateway_cpu,
+        direct_cpu: direct.cpu(),
+        gateway_cpu: through.cpu(),
+        resume_direct_cpu: resume_direct.cpu(),
+        resume_gateway_cpu: resume_gateway.cpu(),
         rate: args.rate,
         connections: args.connections,
         warmup_s: args.warmup,
         duration_s: args.duration,
-        direct,
-        gateway: through,
+        direct: direct_load,
+        gateway: through_load,
         rounds: args.rounds,
-        resume_gateway: Latency::of(&resume_gateway),
-        resume_direct: Latency::of(&resume_direct),
+        slices,
+        resume_gateway: Latency::of(&resume_gateway.slices.hist),
+        resume_direct: Latency::of(&resume_direct.slices.hist),
         baseline_rss_kib,
         memory,
         limit,

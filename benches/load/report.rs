@@ -276,16 +276,21 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
 workers), the gateway (release binary started as a child with a generated config, address read \
 from its `listening on` line) and the fixture backend (`mrtr-gateway legacy-server`). They share \
 the {cpus} CPUs, so every figure includes contention between them.\n\
+- The baseline and the gateway are measured in the same run, alternating in {slices} slices \
+each for (a) and for (b), so both sides see the same machine (it is shared, and the load of \
+others comes and goes). CPU figures come from `/proc/PID/task/*/schedstat` of the gateway and of \
+the backend processes over each side's slices: time on a CPU, and time runnable but waiting for \
+one.\n\
 - (a) Open loop at {rate:.0} req/s in total over {conns} HTTP/1.1 keep-alive connections, each \
-with its own fixed schedule; {warm} s warm-up, {dur} s recorded, per side. Latency is recorded \
+with its own fixed schedule; {warm} s warm-up before each slice, {dur} s recorded per side in \
+all. Latency is recorded \
 with `hdrhistogram` from the send, or from the scheduled time when the connection was still busy \
 with the previous request (queueing counts; the timer's 1 ms granularity does not). The baseline \
-is a legacy 2025-11-25 client on the fixture's stdio (one child, `initialize`d once, {conns} \
-callers multiplexed by id), at the same rate, in the same run, before the gateway starts. The \
-gateway serves the same tool from clients that declared no input capability, so the calls share \
-one backend session, as the direct client shares one pipe. \"Added\" is the gateway's percentile \
+is a legacy 2025-11-25 client on {baseline}, at the same rate. The gateway serves the same tool \
+from clients that declared no input capability, so the calls share one backend session, as the \
+direct client's do. \"Added\" is the gateway's percentile \
 minus the direct percentile.\n\
-- (b) {rounds} sequential rounds each way. Through the gateway: call `ask_form` (parks, answers \
+- (b) {rounds} sequential rounds each way, in alternating chunks. Through the gateway: call `ask_form` (parks, answers \
 with an InputRequiredResult), then time from sending the retry with `inputResponses` and \
 `requestState` to receiving the complete result; this covers the HTTP exchange, opening the \
 state, writing the answer upstream, the backend finishing the tool, and the reply. Directly: call \
@@ -304,6 +309,18 @@ refused (-32000) and RSS must not grow.\n",
         warm = r.warmup_s,
         dur = r.duration_s,
         rounds = r.rounds,
+        slices = r.slices,
+        baseline = if stdio {
+            format!(
+                "the fixture's stdio (one child, `initialize`d once, {} callers multiplexed by id)",
+                r.connections
+            )
+        } else {
+            format!(
+                "the fixture's Streamable HTTP (one session, {} callers on pooled keep-alive connections)",
+                r.connections
+            )
+        },
         beyond = r.limit.attempted_beyond,
     );
 
@@ -369,12 +386,27 @@ started).",
     let _ = writeln!(
         s,
         "- (d) Parked calls are bounded by `max_parked_total` (and per principal by \
-`max_parked_per_principal`); past it the gateway answers -32000 at once and abandons the backend \
-call, so memory stays flat. With stdio, `pool_max` children bound it first: 10,000 parked calls \
-would be 10,000 processes. The 10,000 figure needs the HTTP backend: `benches/run.sh --backend \
-http` is written for it (the gateway is configured with `kind = \"http\"` and `url`, the fixture \
-started as `legacy-server --http 127.0.0.1:0` and its URL read from the first stdout line holding \
-`http://`, and the direct baseline speaks legacy Streamable HTTP), but it runs only once both land."
+`max_parked_per_principal`). The limit is checked when a call is about to park, that is after a \
+backend session was leased for it and the backend asked for input; a refused call then gets \
+-32000 and its backend call is abandoned. Here the {} refused calls moved the gateway's RSS by \
+{:+} KiB ({:+.1} KiB each: sessions started for them and allocator slack, not held parks). With \
+stdio, `pool_max` children bound it first: 10,000 parked calls would be 10,000 processes. The \
+10,000 figure needs the HTTP backend: `benches/run.sh --backend http` is written for it (the \
+gateway is configured with `kind = \"http\"` and `url`, the fixture started as `legacy-server \
+--http 127.0.0.1:0` and its URL read from the first stdout line holding `http://`, and the \
+direct baseline speaks legacy Streamable HTTP), but it runs only once both land.\n\n\
+The `perf` observations above come from profiles of the gateway process taken on this machine \
+while the harness ran (`perf record -p PID`); they are not rerun by `{command}`.{vm}",
+        l.refused_beyond,
+        l.rss_after_refusals_kib as i64 - l.rss_at_limit_kib as i64,
+        (l.rss_after_refusals_kib as f64 - l.rss_at_limit_kib as f64)
+            / l.refused_beyond.max(1) as f64,
+        vm = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" hypervisor")) {
+            " The CPU reports the `hypervisor` flag: this is a virtual machine, where waking an \
+idle virtual CPU is costly, which weighs on every hop above."
+        } else {
+            ""
+        },
     );
     s
 }
