@@ -303,7 +303,7 @@ calls are parked over 32 connections up to each count, and after 0.8 s to settle
 again: per call = (RSS − RSS before) / parked. Only the gateway process is counted; with stdio \
 backends each parked call also holds one child process, listed separately.\n\
 - (d) With `max_parked_total` at the last count, {beyond} more calls are attempted; they must be \
-refused (-32000) and RSS must not grow.\n",
+refused (-32000); RSS is read again after them.\n",
         rate = r.rate,
         conns = r.connections,
         warm = r.warmup_s,
@@ -330,11 +330,11 @@ refused (-32000) and RSS must not grow.\n",
         s,
         "- (a) Per pass-through call the gateway spent {} on a CPU, and its threads spent {} \
 runnable but waiting for one; the backend child spent {} per call (directly: {}). A `perf` \
-profile of the gateway at 2,000 req/s puts most of its CPU in the kernel's loopback TCP path \
-(`writev` → `tcp_sendmsg`, with the receiving side's softirq run inline); its own code (hyper's \
-codec, `jsonrpc::parse` at {} for a small body, header and `_meta` checks, serializing) is a few \
-per cent each, and a third of its CPU goes to context switches and wake-ups (each request wakes a \
-parked worker on the socket, again on the pipe). {} The rest of the added latency is waiting for a \
+profile of the gateway at 2,000 req/s puts close to 60% of its CPU in the kernel, most of that \
+in context switches and wake-ups (each request wakes a parked worker on the socket, again on the \
+pipe) and the rest in loopback TCP and pipe I/O; `malloc`/`free` take about 8%; its own code \
+(hyper's codec, `jsonrpc::parse` at {} for a small body, header and `_meta` checks, serializing) \
+is a few per cent each. {} The rest of the added latency is waiting for a \
 CPU: the client, the gateway (two runtime workers) and the backend share two CPUs with other work \
 (load average above). The p99 is that wait at its worst.",
         us(g.gateway_run_us),
@@ -353,14 +353,19 @@ CPU: the client, the gateway (two runtime workers) and the backend share two CPU
         s,
         "- (b) A resume round costs the gateway one HTTP exchange, opening the state ({}), \
 digesting the request, a hand-over to the parked call's task, writing the answer upstream, and \
-routing the backend's result back. Its CPU is small; its latency is hops: the connection task \
-hands the retry to the call's task, which hands the answer to the session task that owns the \
-pipe, and the result comes back the same way. Sequential rounds leave the runtime idle between \
-requests, so each hop wakes a parked worker thread (a `perf` profile of this phase shows about a \
-quarter of the gateway's CPU in context switches and wake-ups), and on a busy machine each \
-wake-up waits for a CPU ({} per MRTR call here). The backend's own part is the same in both \
-measurements and cancels out.",
+routing the backend's result back. That work is a few microseconds (one whole round of \
+translate, seal, build and serialize is {}); the latency is hops: the connection task hands the \
+retry to the call's task, which hands the answer to the session task that owns the pipe, and the \
+result comes back the same way. Sequential rounds leave the runtime idle between requests (the \
+first request of each call also waits out the default 10 ms coalescing window), so each hop wakes a parked \
+worker thread from sleep. That is where the gateway's {} of CPU per MRTR call (both requests) \
+goes: a `perf` profile of this phase shows context switches and wake-ups at the top, with \
+`malloc` next; and on a busy machine each wake-up also waits for a CPU ({} per MRTR call here). \
+The backend's own part is the same in both measurements and cancels out.",
         criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration),
+        criterion_median_ns(criterion, "input_required/translate_seal_build")
+            .map_or("(not measured)".into(), duration),
+        us(r.resume_gateway_cpu.gateway_run_us),
         us(r.resume_gateway_cpu.gateway_wait_us)
     );
     if let Some(m) = last {
