@@ -779,16 +779,10 @@ impl Task {
             },
             replay,
         };
-        let requests: Map<String, Value> = self
-            .pending
-            .iter()
-            .map(|(k, p)| (k.clone(), p.request.clone()))
-            .collect();
-        json!({
-            "resultType": "input_required",
-            "inputRequests": requests,
-            "requestState": self.bridge.keys.seal(&claims),
-        })
+        input::input_required_result(
+            self.pending.iter().map(|(k, p)| (k, &p.request)),
+            self.bridge.keys.seal(&claims),
+        )
     }
 
     /// A backend notification as the client should see it, if it should see it at all.

@@ -70,6 +70,23 @@ pub fn to_input_request(kind: Kind, params: Option<&Value>) -> Value {
     json!({"method": kind.method(), "params": params})
 }
 
+/// The `InputRequiredResult` a parked call answers with: the round's input requests by key and
+/// the sealed state the retry must echo.
+pub fn input_required_result<'a>(
+    requests: impl IntoIterator<Item = (&'a String, &'a Value)>,
+    request_state: String,
+) -> Value {
+    let requests: serde_json::Map<String, Value> = requests
+        .into_iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": request_state,
+    })
+}
+
 /// Checks one client input response against the kind it answers.
 pub fn validate_response(kind: Kind, value: &Value) -> Result<(), String> {
     let obj = value

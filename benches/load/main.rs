@@ -1,0 +1,681 @@
+//! Loopback load harness. It starts the release gateway binary as a child process in front of the
+//! fixture legacy server and measures, in one run:
+//!
+//! - (a) a pass-through `tools/call echo`: open-loop at a fixed rate over N keep-alive HTTP/1.1
+//!   connections through the gateway, and the same rate from a legacy client talking to the
+//!   fixture directly; latency p50/p99 and throughput of both, and what the gateway adds;
+//! - (b) one MRTR round: time from sending the retry to receiving the reply, against the
+//!   backend's own time from receiving the answer to a pushed request to sending its result;
+//! - (c) gateway memory (VmRSS of the gateway process only) per parked call;
+//! - (d) the most parked calls held: park up to `max_parked_total`, then show further calls are
+//!   refused and memory stays where it was.
+//!
+//! `benches/run.sh` runs it through `cargo bench --bench load` and writes BENCHMARKS.md from its
+//! results and criterion's. It is not part of `cargo test`.
+
+mod gateway;
+mod legacy;
+mod modern;
+mod report;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::Parser;
+use gateway::{BackendKind, Gateway, HttpFixture, Sched, Settings};
+use hdrhistogram::Histogram;
+use legacy::Legacy;
+use modern::Conn;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, Parser)]
+#[command(about = "Loopback load harness for mrtr-gateway")]
+struct Args {
+    /// How the gateway reaches the fixture backend. `http` needs `legacy-server --http` and the
+    /// gateway's `kind = "http"` backends.
+    #[arg(long, value_enum, default_value = "stdio")]
+    backend: BackendKind,
+    /// Requests per second for the pass-through comparison (a).
+    #[arg(long, default_value_t = 2000.0)]
+    rate: f64,
+    /// Keep-alive connections (and, for the baseline, concurrent callers on the one pipe).
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// Seconds of warm-up before each slice of (a).
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds recorded for each side of (a), over all slices.
+    #[arg(long, default_value_t = 15.0)]
+    duration: f64,
+    /// The direct and the gateway side alternate this many times, in (a) and (b).
+    #[arg(long, default_value_t = 5)]
+    slices: usize,
+    /// MRTR rounds timed for (b), through the gateway and directly.
+    #[arg(long, default_value_t = 400)]
+    rounds: usize,
+    /// Parked-call counts at which gateway memory is read (c); the last one is also
+    /// `max_parked_total` for (d). Default: 100,400 for stdio, 1000,10000 for http.
+    #[arg(long, value_delimiter = ',')]
+    park: Vec<usize>,
+    /// Calls attempted past `max_parked_total` in (d).
+    #[arg(long, default_value_t = 40)]
+    beyond: usize,
+    /// Where the JSON results go.
+    #[arg(long, default_value = "target/bench-load.json")]
+    out: PathBuf,
+    /// Write the Markdown report here (with criterion's estimates from `--criterion-dir`).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    #[arg(long, default_value = "target/criterion")]
+    criterion_dir: PathBuf,
+    /// The command line recorded in the report.
+    #[arg(long, default_value = "benches/run.sh")]
+    command: String,
+    /// The gateway binary (default: the one cargo built with this harness).
+    #[arg(long, default_value = env!("CARGO_BIN_EXE_mrtr-gateway"))]
+    gateway: PathBuf,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Latency summary in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Latency {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency {
+            count: h.len(),
+            p50_us: us(h.value_at_quantile(0.50)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    /// Calls made, warm-up included.
+    pub sent: u64,
+    pub latency: Latency,
+    pub throughput_rps: f64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// CPU spent per operation, in microseconds: on a CPU, and runnable but waiting for one.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Cpu {
+    pub gateway_run_us: f64,
+    pub gateway_wait_us: f64,
+    pub backend_run_us: f64,
+    pub backend_wait_us: f64,
+}
+
+impl Cpu {
+    fn between(gw: (&Sched, &Sched), backend: (&Sched, &Sched), ops: u64) -> Cpu {
+        let (gateway_run_us, gateway_wait_us) = gw.1.per_op_us(gw.0, ops);
+        let (backend_run_us, backend_wait_us) = backend.1.per_op_us(backend.0, ops);
+        Cpu {
+            gateway_run_us,
+            gateway_wait_us,
+            backend_run_us,
+            backend_wait_us,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryPoint {
+    pub parked: usize,
+    pub gateway_rss_kib: u64,
+    pub per_call_kib: f64,
+    pub children: usize,
+    pub children_rss_kib: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Limit {
+    pub max_parked_total: usize,
+    pub held: usize,
+    pub attempted_beyond: usize,
+    pub refused_beyond: usize,
+    pub rss_at_limit_kib: u64,
+    pub rss_after_refusals_kib: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub backend: String,
+    pub loadavg_before: String,
+    pub loadavg_after: String,
+    pub rate: f64,
+    pub connections: usize,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+    pub direct: Load,
+    pub gateway: Load,
+    pub direct_cpu: Cpu,
+    pub gateway_cpu: Cpu,
+    pub rounds: usize,
+    pub slices: usize,
+    pub resume_direct_cpu: Cpu,
+    pub resume_gateway_cpu: Cpu,
+    pub resume_gateway: Latency,
+    pub resume_direct: Latency,
+    pub baseline_rss_kib: u64,
+    pub memory: Vec<MemoryPoint>,
+    pub limit: Limit,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 120_000_000_000, 3).expect("histogram bounds")
+}
+
+/// One caller in an open-loop run: it owns one connection (or one slot on a shared pipe).
+trait Caller: Send + 'static {
+    fn call(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// What one open-loop slice recorded.
+struct Slice {
+    hist: Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+    sent: u64,
+    secs: f64,
+}
+
+/// Drives `callers` open-loop at `rate` in total and hands them back. Each caller has its own
+/// fixed schedule, offset from the others. Latency runs from the send, or from the scheduled time
+/// when the caller was still busy with the previous request then (so queueing is counted and a
+/// slow server cannot hide behind fewer sends), but never includes the timer's own lateness
+/// (1 ms granularity).
+async fn open_loop<C: Caller>(
+    callers: Vec<C>,
+    rate: f64,
+    warmup: Duration,
+    measure: Duration,
+) -> (Slice, Vec<C>) {
+    let n = callers.len();
+    let interval = Duration::from_secs_f64(n as f64 / rate);
+    let start = Instant::now() + Duration::from_millis(50);
+    let from = start + warmup;
+    let end = from + measure;
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            tokio::spawn(async move {
+                let mut hist = histogram();
+                let (mut errors, mut first_error, mut last) = (0u64, None, from);
+                let mut prev_done = start;
+                let mut sent = 0u64;
+                for k in 0u64.. {
+                    let scheduled = start + interval.mul_f64(k as f64 + i as f64 / n as f64);
+                    if scheduled >= end {
+                        break;
+                    }
+                    let busy = prev_done > scheduled;
+                    if !busy {
+                        tokio::time::sleep_until(scheduled).await;
+                    }
+                    let begin = if busy { scheduled } else { Instant::now() };
+                    let r = c.call().await;
+                    sent += 1;
+                    let done = Instant::now();
+                    prev_done = done;
+                    if scheduled < from {
+                        continue;
+                    }
+                    last = last.max(done);
+                    match r {
+                        Ok(()) => hist.saturating_record((done - begin).as_nanos() as u64),
+                        Err(e) => {
+                            errors += 1;
+                            first_error.get_or_insert_with(|| format!("{e:#}"));
+                        }
+                    }
+                }
+                (hist, errors, first_error, last, sent, c)
+            })
+        })
+        .collect();
+    let mut slice = Slice {
+        hist: histogram(),
+        errors: 0,
+        first_error: None,
+        sent: 0,
+        secs: 0.0,
+    };
+    let mut last = from;
+    let mut callers = Vec::with_capacity(n);
+    for t in tasks {
+        let (h, e, fe, l, sent, c) = t.await.expect("caller task");
+        slice.sent += sent;
+        slice.hist.add(&h).expect("same bounds");
+        slice.errors += e;
+        if slice.first_error.is_none() {
+            slice.first_error = fe;
+        }
+        last = last.max(l);
+        callers.push(c);
+    }
+    slice.secs = (last - from).as_secs_f64().max(measure.as_secs_f64());
+    (slice, callers)
+}
+
+/// One side of an interleaved comparison, summed over its slices.
+struct Side {
+    slices: Slice,
+    gateway: Sched,
+    backend: Sched,
+    ops: u64,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            slices: Slice {
+                hist: histogram(),
+                errors: 0,
+                first_error: None,
+                sent: 0,
+                secs: 0.0,
+            },
+            gateway: Sched::default(),
+            backend: Sched::default(),
+            ops: 0,
+        }
+    }
+
+    /// Adds a slice's latencies and the CPU its processes used meanwhile.
+    fn add(&mut self, hist: &Histogram<u64>, secs: f64, ops: u64, gateway: Sched, backend: Sched) {
+        self.slices.hist.add(hist).expect("same bounds");
+        self.slices.secs += secs;
+        self.ops += ops;
+        self.gateway = self.gateway.plus(&gateway);
+        self.backend = self.backend.plus(&backend);
+    }
+
+    fn add_slice(&mut self, s: Slice, gateway: Sched, backend: Sched) {
+        self.add(&s.hist, s.secs, s.sent, gateway, backend);
+        self.slices.sent += s.sent;
+        self.slices.errors += s.errors;
+        if self.slices.first_error.is_none() {
+            self.slices.first_error = s.first_error;
+        }
+    }
+
+    fn load(&self) -> Load {
+        Load {
+            sent: self.slices.sent,
+            throughput_rps: self.slices.hist.len() as f64 / self.slices.secs.max(f64::MIN_POSITIVE),
+            latency: Latency::of(&self.slices.hist),
+            errors: self.slices.errors,
+            first_error: self.slices.first_error.clone(),
+        }
+    }
+
+    fn cpu(&self) -> Cpu {
+        let none = Sched::default();
+        Cpu::between((&none, &self.gateway), (&none, &self.backend), self.ops)
+    }
+}
+
+/// Measures the CPU that `gateway` and `backend` processes use while `f` runs.
+async fn metered<T>(
+    gateway: &[u32],
+    backend: impl Fn() -> Vec<u32>,
+    f: impl Future<Output = T>,
+) -> (T, Sched, Sched) {
+    let (g0, b0) = (Sched::of(gateway), Sched::of(&backend()));
+    let out = f.await;
+    let (g1, b1) = (Sched::of(gateway), Sched::of(&backend()));
+    (out, g1.minus(&g0), b1.minus(&b0))
+}
+
+struct GatewayEcho {
+    conn: Conn,
+    body: Bytes,
+}
+
+impl Caller for GatewayEcho {
+    async fn call(&mut self) -> anyhow::Result<()> {
+        let msg = self.conn.call("echo", self.body.clone()).await?;
+        let r = modern::result(&msg)?;
+        if r["resultType"] != "complete" {
+            bail!("unexpected result {r}");
+        }
+        Ok(())
+    }
+}
+
+struct DirectEcho {
+    backend: Arc<Legacy>,
+}
+
+impl Caller for DirectEcho {
+    async fn call(&mut self) -> anyhow::Result<()> {
+        let msg = self.backend.request("tools/call", echo_params()).await?;
+        let r = msg.get("result").context("echo failed")?;
+        if r.get("isError") == Some(&json!(true)) {
+            bail!("echo failed: {r}");
+        }
+        Ok(())
+    }
+}
+
+fn echo_params() -> Value {
+    json!({"name": "echo", "arguments": {"text": "hello"}})
+}
+
+fn elicitation_caps() -> Value {
+    json!({"elicitation": {}})
+}
+
+fn accept() -> Value {
+    json!({"action": "accept", "content": {"name": "Ada"}})
+}
+
+/// (b) through the gateway: first call parks, the timed part is the retry.
+async fn gateway_rounds(url: &str, rounds: usize) -> anyhow::Result<Histogram<u64>> {
+    let mut conn = Conn::open(url).await?;
+    let mut hist = histogram();
+    for i in 0..rounds as u64 {
+        let first = modern::tools_call(2 * i, "ask_form", json!({}), elicitation_caps(), None);
+        let msg = conn.call("ask_form", first).await?;
+        let r = modern::result(&msg)?;
+        let state = r["requestState"].as_str().context("no requestState")?;
+        let key = r["inputRequests"]
+            .as_object()
+            .and_then(|m| m.keys().next())
+            .context("no inputRequests")?;
+        let retry = modern::tools_call(
+            2 * i + 1,
+            "ask_form",
+            json!({}),
+            elicitation_caps(),
+            Some((json!({ key: accept() }), state)),
+        );
+        let t0 = Instant::now();
+        let msg = conn.call("ask_form", retry).await?;
+        let dt = t0.elapsed();
+        let r = modern::result(&msg)?;
+        if r["resultType"] != "complete" {
+            bail!("retry did not complete: {r}");
+        }
+        hist.saturating_record(dt.as_nanos() as u64);
+    }
+    Ok(hist)
+}
+
+/// (b) directly: the timed part runs from writing the answer to a pushed elicitation to reading
+/// the tool's result.
+async fn direct_rounds(backend: &mut Legacy, rounds: usize) -> anyhow::Result<Histogram<u64>> {
+    let mut hist = histogram();
+    for _ in 0..rounds {
+        let rx = backend
+            .start_request("tools/call", json!({"name": "ask_form", "arguments": {}}))
+            .await?;
+        let push = backend.next_push().await?;
+        if push["method"] != "elicitation/create" {
+            bail!("unexpected push {push}");
+        }
+        let t0 = Instant::now();
+        backend.respond(&push["id"], accept()).await?;
+        let msg = tokio::time::timeout(Duration::from_secs(30), rx)
+            .await
+            .context("no result")??;
+        let dt = t0.elapsed();
+        msg.get("result").context("ask_form failed")?;
+        hist.saturating_record(dt.as_nanos() as u64);
+    }
+    Ok(hist)
+}
+
+/// Parks `count` ask_form calls over `conns` connections. Returns (parked, refused with -32000).
+async fn park(url: &str, count: usize, conns: usize) -> anyhow::Result<(usize, usize)> {
+    let conns = conns.min(count.max(1));
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        let share = count / conns + usize::from(c < count % conns);
+        let url = url.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::open(&url).await?;
+            let (mut parked, mut refused) = (0usize, 0usize);
+            for i in 0..share {
+                let body =
+                    modern::tools_call(i as u64, "ask_form", json!({}), elicitation_caps(), None);
+                let msg = conn.call("ask_form", body).await?;
+                if msg["result"]["resultType"] == "input_required" {
+                    parked += 1;
+                } else if msg["error"]["code"] == -32000 {
+                    refused += 1;
+                } else {
+                    bail!("unexpected answer while parking: {msg}");
+                }
+            }
+            anyhow::Ok((parked, refused))
+        }));
+    }
+    let mut total = (0, 0);
+    for t in tasks {
+        let (p, r) = t.await??;
+        total.0 += p;
+        total.1 += r;
+    }
+    Ok(total)
+}
+
+fn progress(what: &str, l: &Latency) {
+    eprintln!(
+        "{what}: p50 {:.0} µs, p99 {:.0} µs over {} calls",
+        l.p50_us, l.p99_us, l.count
+    );
+}
+
+/// Waits for the allocator and the runtime to settle before a memory reading.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(800)).await;
+}
+
+async fn run(args: &Args) -> anyhow::Result<Results> {
+    let dir = gateway::scratch()?;
+    let exe = &args.gateway;
+    let park_counts = if args.park.is_empty() {
+        match args.backend {
+            BackendKind::Stdio => vec![100, 400],
+            BackendKind::Http => vec![1000, 10_000],
+        }
+    } else {
+        args.park.clone()
+    };
+    let max_parked = *park_counts.iter().max().context("--park is empty")?;
+    let fixture = match args.backend {
+        BackendKind::Stdio => None,
+        BackendKind::Http => Some(HttpFixture::start(exe, &dir).await?),
+    };
+    let fixture_url = fixture.as_ref().map(|f| f.url.as_str());
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let measure = Duration::from_secs_f64(args.duration);
+
+    // The baseline (a legacy client straight to the fixture) and the gateway run side by side,
+    // measured in alternating slices so that both see the same machine: it is shared, and other
+    // work on it comes and goes.
+    let loadavg_before = gateway::loadavg();
+    let mut backend = match &fixture {
+        None => Legacy::stdio(exe).await?,
+        Some(f) => Legacy::http(&f.url, f.proc.pid).await?,
+    };
+    let settings = Settings {
+        pool_max: max_parked + args.beyond + 8,
+        max_parked,
+    };
+    let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
+    eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);
+    let gw_pid = [gw.proc.pid];
+    let direct_pid = [backend.pid];
+    // The backend's processes behind the gateway: its stdio children, or the HTTP fixture.
+    let fixture_pid = fixture.as_ref().map(|f| f.proc.pid);
+    let gw_backend = || match fixture_pid {
+        Some(pid) => vec![pid],
+        None => gateway::children(gw.proc.pid),
+    };
+    let slices = args.slices.max(1);
+
+    // (b): rounds in alternating chunks.
+    eprintln!("(b) {} rounds each way, in {slices} slices", args.rounds);
+    let (mut resume_direct, mut resume_gateway) = (Side::new(), Side::new());
+    for k in 0..slices {
+        let n = args.rounds / slices + usize::from(k < args.rounds % slices);
+        let (h, g, b) = metered(&[], || direct_pid.to_vec(), direct_rounds(&mut backend, n)).await;
+        resume_direct.add(&h?, 0.0, n as u64, g, b);
+        let (h, g, b) = metered(&gw_pid, gw_backend, gateway_rounds(&gw.url, n)).await;
+        resume_gateway.add(&h?, 0.0, n as u64, g, b);
+    }
+    progress("(b) direct", &Latency::of(&resume_direct.slices.hist));
+    progress("(b) gateway", &Latency::of(&resume_gateway.slices.hist));
+
+    // (a): open-loop slices, alternating.
+    eprintln!(
+        "(a) {} req/s, {}s recorded each way, in {slices} slices",
+        args.rate, args.duration
+    );
+    let shared = Arc::new(backend);
+    let mut direct_callers: Vec<DirectEcho> = (0..args.connections)
+        .map(|_| DirectEcho {
+            backend: shared.clone(),
+        })
+        .collect();
+    let mut gw_callers = Vec::new();
+    for _ in 0..args.connections {
+        gw_callers.push(GatewayEcho {
+            conn: Conn::open(&gw.url).await?,
+            body: modern::tools_call(1, "echo", json!({"text": "hello"}), json!({}), None),
+        });
+    }
+    let slice_time = measure / slices as u32;
+    let (mut direct, mut through) = (Side::new(), Side::new());
+    for _ in 0..slices {
+        let ((s, c), g, b) = metered(
+            &[],
+            || direct_pid.to_vec(),
+            open_loop(direct_callers, args.rate, warmup, slice_time),
+        )
+        .await;
+        direct_callers = c;
+        direct.add_slice(s, g, b);
+        let ((s, c), g, b) = metered(
+            &gw_pid,
+            gw_backend,
+            open_loop(gw_callers, args.rate, warmup, slice_time),
+        )
+        .await;
+        gw_callers = c;
+        through.add_slice(s, g, b);
+    }
+    let (direct_load, through_load) = (direct.load(), through.load());
+    progress("(a) direct", &direct_load.latency);
+    progress("(a) gateway", &through_load.latency);
+    drop(direct_callers);
+    drop(gw_callers);
+    let backend = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
+    backend.stop().await;
+
+    // (c) and (d): memory per parked call, then the limit.
+    settle().await;
+    let baseline_rss_kib = gw.rss_kib()?;
+    let mut memory = Vec::new();
+    let mut parked = 0;
+    for &count in &park_counts {
+        eprintln!("(c) parking up to {count}");
+        let (p, r) = park(&gw.url, count - parked, 32).await?;
+        if r > 0 {
+            bail!("{r} calls refused below max_parked_total");
+        }
+        parked += p;
+        settle().await;
+        let rss = gw.rss_kib()?;
+        let (children, children_rss_kib) = gw.children_rss_kib();
+        memory.push(MemoryPoint {
+            parked,
+            gateway_rss_kib: rss,
+            per_call_kib: (rss.saturating_sub(baseline_rss_kib)) as f64 / parked as f64,
+            children,
+            children_rss_kib,
+        });
+    }
+    eprintln!(
+        "(d) {} more past max_parked_total = {max_parked}",
+        args.beyond
+    );
+    let rss_at_limit_kib = gw.rss_kib()?;
+    let (more, refused) = park(&gw.url, args.beyond, 8).await?;
+    settle().await;
+    let limit = Limit {
+        max_parked_total: max_parked,
+        held: parked + more,
+        attempted_beyond: args.beyond,
+        refused_beyond: refused,
+        rss_at_limit_kib,
+        rss_after_refusals_kib: gw.rss_kib()?,
+    };
+    let loadavg_after = gateway::loadavg();
+    gw.proc.stop(Duration::from_secs(20)).await;
+    if let Some(f) = fixture {
+        f.proc.stop(Duration::from_secs(5)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Results {
+        backend: format!("{:?}", args.backend).to_lowercase(),
+        loadavg_before,
+        loadavg_after,
+        direct_cpu: direct.cpu(),
+        gateway_cpu: through.cpu(),
+        resume_direct_cpu: resume_direct.cpu(),
+        resume_gateway_cpu: resume_gateway.cpu(),
+        rate: args.rate,
+        connections: args.connections,
+        warmup_s: args.warmup,
+        duration_s: args.duration,
+        direct: direct_load,
+        gateway: through_load,
+        rounds: args.rounds,
+        slices,
+        resume_gateway: Latency::of(&resume_gateway.slices.hist),
+        resume_direct: Latency::of(&resume_direct.slices.hist),
+        baseline_rss_kib,
+        memory,
+        limit,
+    })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let results = run(&args).await?;
+    if let Some(parent) = args.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.out, serde_json::to_vec_pretty(&results)?)?;
+    println!("{}", serde_json::to_string_pretty(&results)?);
+    if let Some(path) = &args.report {
+        let md = report::markdown(&results, &args.criterion_dir, &args.command);
+        std::fs::write(path, md).with_context(|| format!("write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

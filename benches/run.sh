@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The benchmark suite in one command: builds the release binary, runs the criterion
+# micro-benchmarks and the loopback load harness, and writes BENCHMARKS.md at the repository root.
+#
+#   benches/run.sh                    # stdio backend (the fixture legacy server as a child)
+#   benches/run.sh --backend http     # HTTP backend, once `legacy-server --http` and
+#                                     # `kind = "http"` backends exist
+#
+# Extra arguments go to the load harness (see `cargo bench --bench load -- --help`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+
+# Each stdio backend session is a child process with three pipes: parked calls need descriptors.
+ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
+
+# Build the benches first, then the plain release binary: bench builds enable dev-dependency
+# features (tokio's test-util) that the shipped binary does not have, so the harness runs a copy
+# of the binary `cargo build --release` makes.
+cargo bench --bench micro --bench load --no-run
+cargo build --release
+mkdir -p "$target/bench-bin"
+cp "$target/release/mrtr-gateway" "$target/bench-bin/mrtr-gateway"
+
+cargo bench --bench micro -- --warm-up-time 1 --measurement-time 3
+cargo bench --bench load -- \
+  --gateway "$target/bench-bin/mrtr-gateway" \
+  --criterion-dir "$target/criterion" \
+  --out "$target/bench-load.json" \
+  --report BENCHMARKS.md \
+  --command "benches/run.sh${*:+ $*}" \
+  "$@"
