@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the per-request work the gateway does on its own CPU: sealing and opening
-//! a requestState, parsing a JSON-RPC body, and building an `InputRequiredResult`.
+//! a requestState, parsing a JSON-RPC body, building an `InputRequiredResult`, and decoding a
+//! backend's SSE stream.
 //!
 //! Run through `benches/run.sh` (which writes BENCHMARKS.md), or alone with
 //! `cargo bench --bench micro`. Criterion keeps its estimates under `target/criterion/`.
@@ -108,5 +109,57 @@ fn bench_input_required(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_seal, bench_parse, bench_input_required);
+/// Decoding a backend's event stream: 64 events of a typical pushed elicitation each, split
+/// into 1 KiB network chunks, then each event's data parsed as JSON-RPC.
+fn bench_sse_decode(c: &mut Criterion) {
+    let event = format!(
+        "id: s-1\nevent: message\ndata: {}\n\n",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "elicitation/create", "params": {
+            "message": "What is your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+        }})
+    );
+    let stream: Vec<u8> = event.repeat(64).into_bytes();
+    let chunks: Vec<bytes::Bytes> = stream
+        .chunks(1024)
+        .map(bytes::Bytes::copy_from_slice)
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let mut g = c.benchmark_group("sse_decode");
+    g.throughput(Throughput::Bytes(stream.len() as u64));
+    g.bench_function("64_events_1KiB_chunks", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                use futures_util::StreamExt;
+                // Cloning the Vec only bumps each chunk's reference count.
+                let input = futures_util::stream::iter(
+                    chunks
+                        .clone()
+                        .into_iter()
+                        .map(Ok::<_, std::convert::Infallible>),
+                );
+                let mut events = mrtr_gateway::sse::decode(input, 1 << 20);
+                let mut n = 0;
+                while let Some(ev) = events.next().await {
+                    let ev = ev.expect("valid event");
+                    n += jsonrpc::parse_many(ev.data.as_bytes(), 64)
+                        .expect("valid")
+                        .len();
+                }
+                assert_eq!(n, 64);
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_seal,
+    bench_parse,
+    bench_input_required,
+    bench_sse_decode
+);
 criterion_main!(benches);
