@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 
 # Each stdio backend session is a child process with three pipes: parked calls need descriptors.
-ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
 
 # Build the benches first, then the plain release binary: bench builds enable dev-dependency
 # features (tokio's test-util) that the shipped binary does not have, so the harness runs a copy

@@ -607,3 +607,16 @@ async fn an_sse_backend_that_never_names_its_endpoint_gets_a_clear_error() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn without_a_standalone_stream_pushes_on_the_post_stream_still_work() {
+    let fx = Fixture::http(&[]).await;
+    let gw = gateway("http", &fx.url, &fx.log, "", "standalone_stream = false\n").await;
+    assert_eq!(elicit_round_trip(&gw.client()).await, ada());
+    assert!(
+        fx.requests().iter().all(|r| r["method"] != "GET"),
+        "no GET stream was opened: {:#?}",
+        fx.requests()
+    );
+    gw.stop().await;
+}

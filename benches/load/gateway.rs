@@ -23,6 +23,8 @@ pub enum BackendKind {
 pub struct Settings {
     pub pool_max: usize,
     pub max_parked: usize,
+    /// HTTP backend: whether each session keeps its standalone GET stream.
+    pub standalone_stream: bool,
 }
 
 /// A child process that is killed if the harness lets go of it.
@@ -91,7 +93,13 @@ impl HttpFixture {
     /// stdout line holding `http://`).
     pub async fn start(exe: &Path, dir: &Path) -> anyhow::Result<HttpFixture> {
         let mut cmd = Command::new(exe);
-        cmd.args(["legacy-server", "--http", "127.0.0.1:0"]);
+        // Each parked call holds a session and two connections (its POST stream, the GET stream).
+        cmd.args(["legacy-server", "--http", "127.0.0.1:0"]).args([
+            "--max-sessions",
+            "25000",
+            "--max-connections",
+            "50000",
+        ]);
         let mut proc = Proc::spawn(cmd, &dir.join("fixture.stderr"))?;
         let out = proc.child.stdout.take().context("stdout taken")?;
         let mut lines = BufReader::new(out).lines();
@@ -136,8 +144,9 @@ impl Gateway {
                 exe = exe.display().to_string()
             ),
             BackendKind::Http => format!(
-                "kind = \"http\"\nurl = {:?}\n",
-                fixture_url.context("the HTTP backend needs the fixture's URL")?
+                "kind = \"http\"\nurl = {:?}\nstandalone_stream = {}\n",
+                fixture_url.context("the HTTP backend needs the fixture's URL")?,
+                s.standalone_stream,
             ),
         };
         // Anonymous principal, so one client may hold every parked call; limits raised so the

@@ -62,6 +62,10 @@ struct Args {
     /// `max_parked_total` for (d). Default: 100,400 for stdio, 1000,10000 for http.
     #[arg(long, value_delimiter = ',')]
     park: Vec<usize>,
+    /// HTTP backend: no standalone GET stream per session, so a parked call holds one upstream
+    /// connection instead of two (10,000 parked calls then fit in 20,000 descriptors).
+    #[arg(long)]
+    no_standalone_stream: bool,
     /// Calls attempted past `max_parked_total` in (d).
     #[arg(long, default_value_t = 40)]
     beyond: usize,
@@ -523,6 +527,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let settings = Settings {
         pool_max: max_parked + args.beyond + 8,
         max_parked,
+        standalone_stream: !args.no_standalone_stream,
     };
     let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
     eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);

@@ -219,6 +219,8 @@ pub struct Http {
     pub headers: http::HeaderMap,
     pub authorization: Authorization,
     pub connect_timeout: Duration,
+    /// Streamable HTTP: keep a GET stream open per session for pushes unrelated to a POST.
+    pub standalone_stream: bool,
 }
 
 /// What reaches the backend in its `Authorization` header.
@@ -516,6 +518,12 @@ impl Config {
                     ..Default::default()
                 }),
                 "http" | "sse" => {
+                    if kind == "sse" && b.standalone_stream.is_some() {
+                        return Err(bad(
+                            field("standalone_stream"),
+                            "only for http backends (an sse backend has one stream)",
+                        ));
+                    }
                     let http = http_backend(&field, &b, &principal)?;
                     if kind == "http" {
                         Transport::Http(http)
@@ -855,6 +863,7 @@ fn http_backend(
             Duration::from_millis(10),
             Duration::from_secs(300),
         )?,
+        standalone_stream: b.standalone_stream.unwrap_or(true),
     })
 }
 

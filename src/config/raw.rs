@@ -162,6 +162,7 @@ pub struct Backend {
     pub authorization_value: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    pub standalone_stream: Option<bool>,
     /// For `kind = "builtin"`: flags of the built-in legacy server.
     pub builtin_protocol: Option<String>,
     #[serde(default)]

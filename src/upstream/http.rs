@@ -341,13 +341,21 @@ pub(crate) struct StreamableHttp {
     ids: Arc<Mutex<Ids>>,
     rx: mpsc::Receiver<Inbound>,
     tasks: TaskTracker,
+    /// Whether to keep the standalone GET stream open.
+    standalone: bool,
 }
 
 impl StreamableHttp {
-    pub fn new(link: Arc<Link>, rx: mpsc::Receiver<Inbound>, url: Uri) -> StreamableHttp {
+    pub fn new(
+        link: Arc<Link>,
+        rx: mpsc::Receiver<Inbound>,
+        url: Uri,
+        standalone: bool,
+    ) -> StreamableHttp {
         StreamableHttp {
             link,
             url,
+            standalone,
             ids: Arc::new(Mutex::new(Ids::default())),
             rx,
             tasks: TaskTracker::new(),
@@ -416,7 +424,8 @@ impl Transport for StreamableHttp {
                 };
                 match failure {
                     None => {
-                        if method.as_deref() == Some("notifications/initialized") {
+                        if method.as_deref() == Some("notifications/initialized") && self.standalone
+                        {
                             let link = self.link.clone();
                             let ids = self.ids.clone();
                             let url = self.url.clone();

@@ -306,7 +306,8 @@ impl Pool {
                 super::session::open(transport, start, shutdown, async {}).await
             }
             _ => {
-                let transport = http::StreamableHttp::new(link, rx, cfg.url.clone());
+                let transport =
+                    http::StreamableHttp::new(link, rx, cfg.url.clone(), cfg.standalone_stream);
                 super::session::open(transport, start, shutdown, async {}).await
             }
         }
