@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// What a call hears from the backend.
@@ -56,11 +56,13 @@ pub struct InitInfo {
 }
 
 pub(crate) enum Cmd {
+    /// A new call: its id and event channel are made by the caller, so sending it is one hop.
     Request {
+        id: Id,
         method: String,
         params: Option<Value>,
         interactive: bool,
-        reply: oneshot::Sender<Result<Call, Error>>,
+        events: mpsc::Sender<CallEvent>,
     },
     Respond {
         id: Id,
@@ -87,6 +89,8 @@ struct Inner {
     cmd: mpsc::Sender<Cmd>,
     info: InitInfo,
     alive: Arc<AtomicBool>,
+    /// The next upstream request id of this session.
+    next_id: std::sync::atomic::AtomicI64,
 }
 
 impl Session {
@@ -104,6 +108,7 @@ impl Session {
                 cmd,
                 info,
                 alive,
+                next_id: std::sync::atomic::AtomicI64::new(1),
             }),
         }
     }
@@ -138,18 +143,21 @@ impl Session {
         params: Option<Value>,
         interactive: bool,
     ) -> Result<Call, Error> {
-        let (reply, rx) = oneshot::channel();
+        // Ids start at 1: `initialize` was 0.
+        let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let (events, rx) = mpsc::channel(CALL_EVENTS);
         self.inner
             .cmd
             .send(Cmd::Request {
+                id: id.clone(),
                 method: method.to_owned(),
                 params,
                 interactive,
-                reply,
+                events,
             })
             .await
             .map_err(|_| self.closed())?;
-        rx.await.map_err(|_| self.closed())?
+        Ok(Call { id, events: rx })
     }
 
     /// Answers a server request.
@@ -193,7 +201,6 @@ pub(crate) struct Router {
     pub backend: String,
     pub declared: Declared,
     pub rules: Rules,
-    next_id: i64,
     calls: HashMap<Id, mpsc::Sender<CallEvent>>,
     progress: HashMap<String, Id>,
     interactive: Option<Id>,
@@ -209,7 +216,6 @@ impl Router {
             backend,
             declared,
             rules,
-            next_id: 0,
             calls: HashMap::new(),
             progress: HashMap::new(),
             interactive: None,
@@ -217,20 +223,15 @@ impl Router {
         }
     }
 
-    pub fn next_id(&mut self) -> Id {
-        self.next_id += 1;
-        Id::Number(self.next_id)
-    }
-
     /// Registers a call and returns the message to write for it.
     pub async fn start(
         &mut self,
+        id: Id,
+        tx: mpsc::Sender<CallEvent>,
         method: String,
         params: Option<Value>,
         interactive: bool,
-    ) -> (Call, Value) {
-        let id = self.next_id();
-        let (tx, rx) = mpsc::channel(CALL_EVENTS);
+    ) -> Value {
         let mut params = params;
         // Progress tokens are rewritten to the upstream id so notifications route exactly.
         if let Some(meta) = params
@@ -257,13 +258,7 @@ impl Router {
             }
         }
         self.calls.insert(id.clone(), tx);
-        let msg = Message::Request {
-            id: id.clone(),
-            method,
-            params,
-        }
-        .to_value();
-        (Call { id, events: rx }, msg)
+        Message::Request { id, method, params }.to_value()
     }
 
     pub fn forget(&mut self, id: &Id) {
@@ -594,8 +589,8 @@ async fn run<T: Transport>(
                     let msg = match cmd {
                         Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
                         Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
-                        Cmd::Request { reply, .. } => {
-                            let _ = reply.send(Err(Error::ShuttingDown));
+                        Cmd::Request { events, .. } => {
+                            let _ = events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
                             continue;
                         }
                         Cmd::Forget { .. } => continue,
@@ -614,10 +609,8 @@ async fn run<T: Transport>(
             cmd = cmds.recv() => {
                 let Some(cmd) = cmd else { break "the session was closed".to_owned() };
                 let msg = match cmd {
-                    Cmd::Request { method, params, interactive, reply } => {
-                        let (call, msg) = router.start(method, params, interactive).await;
-                        let _ = reply.send(Ok(call));
-                        msg
+                    Cmd::Request { id, method, params, interactive, events } => {
+                        router.start(id, events, method, params, interactive).await
                     }
                     Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
                     Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
@@ -648,6 +641,15 @@ async fn run<T: Transport>(
     alive.store(false, Ordering::Release);
     if let Some(id) = unsent {
         router.fail(&id, reason.clone(), true).await;
+    }
+    // Requests queued behind the end never went out: they may go to a new session.
+    cmds.close();
+    while let Ok(cmd) = cmds.try_recv() {
+        if let Cmd::Request { events, .. } = cmd {
+            let _ = events.try_send(CallEvent::Unsent(format!(
+                "the session ended before the request was sent: {reason}"
+            )));
+        }
     }
     router.close_all(&reason).await;
     transport
