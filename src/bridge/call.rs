@@ -99,8 +99,10 @@ pub(super) async fn serve(
     let state = req.params.get("requestState").cloned();
     let responses = req.params.get("inputResponses").cloned();
     match (state, responses) {
+        // Each phase is boxed: a future is as large as its largest state, and a parked call's
+        // task should hold only what parking needs, not room for a forwarded retry or a drive.
         (Some(state), responses) => {
-            resume(&bridge, backend, req, state, responses, reply, hop).await
+            Box::pin(resume(&bridge, backend, req, state, responses, reply, hop)).await
         }
         (None, Some(_)) => {
             bridge
@@ -112,7 +114,7 @@ pub(super) async fn serve(
             );
             let _ = reply.send(Reply::Done(Err(e))).await;
         }
-        (None, None) => start(bridge, backend, req, reply).await,
+        (None, None) => Box::pin(start(bridge, backend, req, reply)).await,
     }
 }
 
@@ -143,7 +145,7 @@ async fn begin(
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
     let sent = Instant::now();
-    let (lease, call) = match bridge.issue(backend, &req, interactive).await {
+    let (lease, call) = match Box::pin(bridge.issue(backend, &req, interactive)).await {
         Ok(issued) => issued,
         Err(e) => {
             let _ = reply.send(Reply::Done(Err(e))).await;
@@ -154,8 +156,8 @@ async fn begin(
     let (round, next_key, run) = match rerun {
         Some((round, next_key, run)) => (round, next_key, Some(run)),
         None => {
-            let replayed =
-                interactive && replay::chosen(&bridge, backend, &req, lease.session()).await;
+            let replayed = interactive
+                && Box::pin(replay::chosen(&bridge, backend, &req, lease.session())).await;
             (0, 0, replayed.then(replay::Run::default))
         }
     };
@@ -228,7 +230,9 @@ async fn resume(
         }
         Route::Forward { owner, addr } => {
             metrics.retry(RetryResult::Forwarded, RetryReason::None);
-            if let Err(e) = fleet::forward(bridge, backend, &req, &owner, &addr, &reply).await {
+            if let Err(e) =
+                Box::pin(fleet::forward(bridge, backend, &req, &owner, &addr, &reply)).await
+            {
                 tracing::warn!(%owner, %addr, "retry for a call parked on another replica failed: {e}");
                 let _ = reply.send(refuse(invalid_state())).await;
             }
@@ -236,7 +240,15 @@ async fn resume(
         }
         Route::Replay(claims) => {
             metrics.retry(RetryResult::Replayed, RetryReason::None);
-            super::replay::resume(bridge.clone(), backend, req, *claims, responses, reply).await;
+            Box::pin(super::replay::resume(
+                bridge.clone(),
+                backend,
+                req,
+                *claims,
+                responses,
+                reply,
+            ))
+            .await;
             return;
         }
     }
@@ -259,7 +271,7 @@ async fn resume(
         meta: req.meta,
         reply: reply.clone(),
     };
-    if handle.resume.send(resume).await.is_err() {
+    if handle.resume.send(Box::new(resume)).await.is_err() {
         // The park ended between lookup and hand-over.
         metrics.state_failure(StateFailure::UnknownPark);
         let _ = reply.send(refuse(invalid_state())).await;
@@ -306,9 +318,10 @@ fn now_ms() -> u64 {
 impl Task {
     async fn run(mut self, mut reply: mpsc::Sender<Reply>) {
         let mut entry: Option<Entry> = None;
-        let (resume_tx, mut resume_rx) = mpsc::channel::<Resume>(4);
+        // Boxed: a channel allocates room for 32 messages up front, and a parked call keeps it.
+        let (resume_tx, mut resume_rx) = mpsc::channel::<Box<Resume>>(4);
         loop {
-            let step = self.drive(&reply).await;
+            let step = Box::pin(self.drive(&reply)).await;
             match step {
                 Step::Done(outcome) => {
                     let retry = self.round > 0;
@@ -322,12 +335,12 @@ impl Task {
                     return;
                 }
                 Step::ClientGone => {
-                    self.abandon("the client closed the request").await;
+                    Box::pin(self.abandon("the client closed the request")).await;
                     return;
                 }
                 Step::Refused(e) => {
                     let _ = reply.send(Reply::Done(Err(e))).await;
-                    self.abandon("the call could not be replayed").await;
+                    Box::pin(self.abandon("the call could not be replayed")).await;
                     return;
                 }
                 Step::Park => {}
@@ -340,7 +353,7 @@ impl Task {
                         self.round += 1;
                         let state = self.input_required(ParkId::random(), Some(transcript));
                         let _ = reply.send(Reply::Done(Ok(state))).await;
-                        self.abandon("the call is run again on the retry").await;
+                        Box::pin(self.abandon("the call is run again on the retry")).await;
                         return;
                     }
                     None => {
@@ -367,7 +380,7 @@ impl Task {
                     Ok(e) => entry = Some(e),
                     Err(full) => {
                         let _ = reply.send(Reply::Done(Err(full.to_error()))).await;
-                        self.abandon("the gateway could not hold the call").await;
+                        Box::pin(self.abandon("the gateway could not hold the call")).await;
                         return;
                     }
                 }
@@ -398,8 +411,8 @@ impl Task {
                             let _ = resume.reply.send(Reply::Done(Err(invalid_state()))).await;
                             continue;
                         }
-                        match self.accept(&resume).await {
-                            Ok(()) => break Woke::Retry(Box::new(resume)),
+                        match Box::pin(self.accept(&resume)).await {
+                            Ok(()) => break Woke::Retry(resume),
                             Err(e) => {
                                 // A malformed answer leaves the park as it was.
                                 self.bridge.metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
@@ -408,7 +421,7 @@ impl Task {
                         }
                     }
                     event = self.call.events.recv(), if self.outcome.is_none() && !self.reissue => {
-                        self.while_parked(event).await;
+                        Box::pin(self.while_parked(event)).await;
                     }
                 }
             };
@@ -420,10 +433,10 @@ impl Task {
                 Woke::Abandon(reason) => {
                     self.bridge.metrics.abandoned(reason);
                     tracing::info!(park = %park, round = self.round, reason = reason.as_str(), "parked call abandoned");
-                    self.abandon(match reason {
+                    Box::pin(self.abandon(match reason {
                         AbandonReason::Expired => "the client did not retry in time",
                         AbandonReason::Shutdown => "the gateway is shutting down",
-                    })
+                    }))
                     .await;
                     return;
                 }
@@ -502,7 +515,7 @@ impl Task {
                         // one (a replayed call starts over anyway).
                         tracing::info!(backend = %self.lease.session().backend(), "{reason}; sending the call on a new session");
                         self.resent = true;
-                        if let Err(e) = self.issue_again().await {
+                        if let Err(e) = Box::pin(self.issue_again()).await {
                             return Step::Done(Err(e));
                         }
                     }

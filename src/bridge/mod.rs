@@ -191,9 +191,9 @@ impl Bridge {
                 );
                 let _ = tx.send(Reply::Done(Err(e))).await;
             } else if protocol::is_mrtr_method(&req.method) {
-                call::serve(bridge, backend, req, tx, false).await;
+                Box::pin(call::serve(bridge, backend, req, tx, false)).await;
             } else {
-                let outcome = bridge.plain(backend, req).await;
+                let outcome = Box::pin(bridge.plain(backend, req)).await;
                 let _ = tx.send(Reply::Done(outcome)).await;
             }
         };

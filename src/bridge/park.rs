@@ -25,7 +25,7 @@ pub struct Resume {
 
 #[derive(Debug, Clone)]
 pub struct Handle {
-    pub resume: mpsc::Sender<Resume>,
+    pub resume: mpsc::Sender<Box<Resume>>,
 }
 
 #[derive(Debug, Default)]

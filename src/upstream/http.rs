@@ -56,6 +56,10 @@ pub fn client(cfg: &Config, pool_max: usize) -> Client {
         .enable_http1()
         .wrap_connector(http);
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        // A parked call keeps its POST stream open: a fixed 4 KiB read buffer per connection
+        // (instead of one that starts at 8 KiB and grows) bounds what each one holds. Bodies
+        // stream through it in pieces; only a response head must fit.
+        .http1_read_buf_exact_size(4096)
         .pool_max_idle_per_host(pool_max)
         .pool_idle_timeout(Duration::from_secs(90))
         .build(connector)
@@ -401,12 +405,13 @@ impl Transport for StreamableHttp {
                 let ids = self.ids.clone();
                 let url = self.url.clone();
                 let stop = link.stop.clone();
-                self.tasks.spawn(async move {
+                let fut = async move {
                     tokio::select! {
                         _ = stop.cancelled() => {}
                         _ = request(&link, &ids, &url, id, &method, msg) => {}
                     }
-                });
+                };
+                self.tasks.spawn(fut);
                 Ok(())
             }
             (method, _) => {
@@ -510,12 +515,12 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
         return; // the answer comes on the standalone stream
     }
     if !status.is_success() {
-        let f = status_failure(resp, link.max_message).await;
+        let f = Box::pin(status_failure(resp, link.max_message)).await;
         tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
         return link.report(fail(f.describe(&link.backend))).await;
     }
     match content_type(&resp).as_str() {
-        "application/json" => match link.read_json(resp.into_body()).await {
+        "application/json" => match Box::pin(link.read_json(resp.into_body())).await {
             Ok(msgs) => {
                 let answered = msgs.iter().any(|m| is_response_to(m, Some(&id)));
                 if link.deliver(msgs).await && !answered {
@@ -533,13 +538,14 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
         },
         "text/event-stream" => {
             let mut cursor = Cursor::default();
-            if let Err(e) = link.pump(resp.into_body(), Some(&id), &mut cursor).await {
+            // Boxed, like the other phases: a request's task holds only the phase it is in.
+            if let Err(e) = Box::pin(link.pump(resp.into_body(), Some(&id), &mut cursor)).await {
                 let why = format!("backend `{}` sent {e}", link.backend);
                 tracing::warn!(backend = %link.backend, %method, "{why}");
                 return link.report(fail(why)).await;
             }
             if !cursor.answered {
-                resume(link, ids, url, &id, cursor).await;
+                Box::pin(resume(link, ids, url, &id, cursor)).await;
             }
         }
         other => {

@@ -563,11 +563,12 @@ where
     let id = SESSION_IDS.fetch_add(1, Ordering::Relaxed);
     let session = Session::new(id, start.backend.clone(), cmd_tx, info, alive.clone());
     let router = Router::new(start.backend.clone(), declared, start.rules.clone());
-    start.tasks.spawn(async move {
+    let fut = async move {
         let transport = run(transport, cmd_rx, router, shutdown, alive).await;
-        transport.close().await;
+        Box::pin(transport.close()).await;
         on_exit.await;
-    });
+    };
+    start.tasks.spawn(fut);
     Ok(session)
 }
 
@@ -595,14 +596,14 @@ async fn run<T: Transport>(
                         }
                         Cmd::Forget { .. } => continue,
                     };
-                    if transport.send(msg).await.is_err() {
+                    if Box::pin(transport.send(msg)).await.is_err() {
                         break;
                     }
                 }
                 break "the gateway is shutting down".to_owned();
             }
             _ = async { tokio::time::sleep_until(held.expect("guarded")).await }, if held.is_some() => {
-                if let Err(e) = send_all(&mut transport, router.expire_held(Instant::now())).await {
+                if let Err(e) = Box::pin(send_all(&mut transport, router.expire_held(Instant::now()))).await {
                     break e;
                 }
             }
@@ -616,18 +617,19 @@ async fn run<T: Transport>(
                     Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
                     Cmd::Forget { id } => { router.forget(&id); continue; }
                 };
-                if let Err(e) = transport.send(msg).await { break e; }
+                // Boxed so an idle session's task holds only its select, not a send in progress.
+                if let Err(e) = Box::pin(transport.send(msg)).await { break e; }
             }
             inbound = transport.recv() => match inbound {
                 Inbound::Message(msg) => {
-                    let out = router.route(msg).await;
-                    if let Err(e) = send_all(&mut transport, out).await {
+                    let out = Box::pin(router.route(msg)).await;
+                    if let Err(e) = Box::pin(send_all(&mut transport, out)).await {
                         break e;
                     }
                 }
                 Inbound::Failed { id, reason } => {
                     tracing::warn!(backend = %router.backend, %id, "request failed: {reason}");
-                    router.fail(&id, reason, false).await;
+                    Box::pin(router.fail(&id, reason, false)).await;
                 }
                 Inbound::Ended { reason, unsent: lost } => {
                     unsent = lost;
