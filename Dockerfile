@@ -32,8 +32,9 @@ RUN touch src/main.rs src/lib.rs \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /build/target/release/mrtr-gateway /usr/local/bin/mrtr-gateway
 USER 65532:65532
-# 8080: the MCP endpoint ([server] listen); 9090: /healthz, /readyz, /metrics ([admin] listen).
-EXPOSE 8080 9090
+# 8080: the MCP endpoint ([server] listen); 8081: retries forwarded between replicas
+# ([fleet] internal_listen); 9090: /healthz, /readyz, /metrics ([admin] listen).
+EXPOSE 8080 8081 9090
 # No curl here: the binary probes its own admin listener (exit 0 only on 200 within 2 s).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
   CMD ["/usr/local/bin/mrtr-gateway", "health", "--url", "http://127.0.0.1:9090/healthz"]
