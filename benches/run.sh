@@ -2,12 +2,18 @@
 # The benchmark suite in one command: builds the release binary, runs the criterion
 # micro-benchmarks and the loopback load harness, and writes BENCHMARKS.md at the repository root.
 #
-#   benches/run.sh                    # stdio backend (the fixture legacy server as a child)
-#   benches/run.sh --backend http     # HTTP backend, once `legacy-server --http` and
-#                                     # `kind = "http"` backends exist
+#   benches/run.sh                    # every figure: the HTTP fixture backend, 1,000 and
+#                                     # 10,000 parked calls (no standalone GET stream, so a
+#                                     # parked call holds one upstream connection)
+#   benches/run.sh --backend stdio    # the fixture as stdio children (parked calls are
+#                                     # children, so the counts stay in the hundreds)
 #
-# Extra arguments go to the load harness (see `cargo bench --bench load -- --help`).
+# Arguments go to the load harness (see `cargo bench --bench load -- --help`) in place of the
+# default ones.
 set -euo pipefail
+if [ "$#" -eq 0 ]; then
+  set -- --backend http --no-standalone-stream --park 1000,10000
+fi
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 
