@@ -355,7 +355,7 @@ CPU: the client, the gateway (two runtime workers) and the backend share two CPU
 digesting the request, a hand-over to the parked call's task, writing the answer upstream, and \
 routing the backend's result back. That work is a few microseconds (one whole round of \
 translate, seal, build and serialize is {}); the latency is hops: the connection task hands the \
-retry to the call's task, which hands the answer to the session task that owns the pipe, and the \
+retry to the call's task, which hands the answer to the session task that owns the backend connection, and the \
 result comes back the same way. Sequential rounds leave the runtime idle between requests (the \
 first request of each call also waits out the default 10 ms coalescing window), so each hop wakes a parked \
 worker thread from sleep. That is where the gateway's {} of CPU per MRTR call (both requests) \
@@ -369,24 +369,41 @@ The backend's own part is the same in both measurements and cancels out.",
         us(r.resume_gateway_cpu.gateway_wait_us)
     );
     if let Some(m) = last {
-        let _ = writeln!(
-            s,
-            "- (c) With stdio backends a parked call holds a whole upstream session: the child \
+        if stdio {
+            let _ = writeln!(
+                s,
+                "- (c) With stdio backends a parked call holds a whole upstream session: the child \
 process, its three pipes, the session task with its 8 KiB read buffers (stdout frames and the \
 stderr reader) and routing state, the call's task and channels, and the park entry. The \
 gateway's share was {:.1} KiB per call at {} parked; each child also uses about {:.0} KiB of its \
 own (its own process, not counted). The 16 KiB target is set for HTTP backends, where a parked \
-call holds no process; it is measured with `benches/run.sh --backend http` once the HTTP backend \
-lands. There were {} children for {} parked calls: the rest are idle sessions, most of them \
-started at once by the first concurrent pass-through calls of (a) (the pool starts a session for \
-each caller that finds none free, up to `pool_max`, rather than letting them share the one being \
-started).",
-            m.per_call_kib,
-            m.parked,
-            m.children_rss_kib as f64 / m.children.max(1) as f64,
-            m.children,
-            m.parked
-        );
+call holds no process (`benches/run.sh`, which uses the HTTP fixture). There were {} children for \
+{} parked calls: the rest are idle sessions, most of them started at once by the first \
+concurrent pass-through calls of (a) (the pool starts a session for each caller that finds none \
+free, up to `pool_max`, rather than letting them share the one being started).",
+                m.per_call_kib,
+                m.parked,
+                m.children_rss_kib as f64 / m.children.max(1) as f64,
+                m.children,
+                m.parked
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "- (c) With an HTTP backend a parked call holds an upstream session but no process: \
+the session task and its routing state, the Streamable HTTP transport, the task pumping the \
+call's still-open POST event stream and that connection (hyper's connection state and a fixed \
+4 KiB read buffer), the call's task with its channels (tokio allocates room for 32 messages per \
+channel up front), and the park entry. The gateway held {:.1} KiB per call at {} parked, \
+against 16 KiB: missed. Boxing each phase of a call (a future is as large as its largest \
+state), boxing the resume messages and fixing the upstream read buffer at 4 KiB brought it \
+from 71.4 KiB to this; what remains is spread over about ten allocations of 1 to 8 KiB (task \
+futures, channel blocks, connection buffers). The next step would be for a parked call to give \
+back its session task and channels while it waits. Without `--no-standalone-stream` each \
+session also keeps its standalone GET stream: a second connection per parked call.",
+                m.per_call_kib, m.parked,
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -394,18 +411,23 @@ started).",
 `max_parked_per_principal`). The limit is checked when a call is about to park, that is after a \
 backend session was leased for it and the backend asked for input; a refused call then gets \
 -32000 and its backend call is abandoned. Here the {} refused calls moved the gateway's RSS by \
-{:+} KiB ({:+.1} KiB each: sessions started for them and allocator slack, not held parks). With \
-stdio, `pool_max` children bound it first: 10,000 parked calls would be 10,000 processes. The \
-10,000 figure needs the HTTP backend: `benches/run.sh --backend http` is written for it (the \
-gateway is configured with `kind = \"http\"` and `url`, the fixture started as `legacy-server \
---http 127.0.0.1:0` and its URL read from the first stdout line holding `http://`, and the \
-direct baseline speaks legacy Streamable HTTP), but it runs only once both land.\n\n\
+{:+} KiB ({:+.1} KiB each: sessions started for them and allocator slack, not held parks). \
+{bound}\n\n\
 The `perf` observations above come from profiles of the gateway process taken on this machine \
 while the harness ran (`perf record -p PID`); they are not rerun by `{command}`.{vm}",
         l.refused_beyond,
         l.rss_after_refusals_kib as i64 - l.rss_at_limit_kib as i64,
         (l.rss_after_refusals_kib as f64 - l.rss_at_limit_kib as f64)
             / l.refused_beyond.max(1) as f64,
+        bound = if stdio {
+            "With stdio, `pool_max` children bound it first: 10,000 parked calls would be 10,000 \
+processes; `benches/run.sh` measures 10,000 on the HTTP fixture."
+        } else {
+            "Memory per call stayed flat from the first count to the last, so it is bounded by \
+the count. The ceiling on this machine is descriptors: the container allows 20,000 open files per \
+process, and each parked call holds one upstream connection (two with the standalone GET \
+stream), so a gateway holds about 19,000 parked calls here (about 9,500 with the GET stream)."
+        },
         vm = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" hypervisor")) {
             " The CPU reports the `hypervisor` flag: this is a virtual machine, where waking an \
 idle virtual CPU is costly, which weighs on every hop above."
