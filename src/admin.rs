@@ -10,15 +10,11 @@ use crate::downstream::http::Body;
 use bytes::Bytes;
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full};
-use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -70,47 +66,16 @@ pub async fn serve(
     stop: CancellationToken,
     max_connections: usize,
 ) {
-    let permits = Arc::new(Semaphore::new(max_connections));
-    let connections = TaskTracker::new();
-    loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => break,
-            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
-        };
-        let stream = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!("admin accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let admin = admin.clone();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                let resp = admin.respond(req.method(), req.uri().path());
-                async move { Ok::<_, std::convert::Infallible>(resp) }
-            });
-            let conn = http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r { tracing::debug!("admin connection ended: {e}") },
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
-                }
-            }
-        });
-    }
-    drop(listener);
-    connections.close();
-    connections.wait().await;
+    let limits = crate::listener::Limits {
+        name: "admin",
+        max_connections,
+        header_read_timeout: Duration::from_secs(10),
+    };
+    let connections = crate::listener::serve(listener, limits, stop, move |req, _| {
+        let resp = admin.respond(req.method(), req.uri().path());
+        std::future::ready(resp)
+    })
+    .await;
+    // Admin requests answer at once; a connection still open after a second is let go.
+    let _ = tokio::time::timeout(Duration::from_secs(1), connections.wait()).await;
 }

@@ -8,16 +8,12 @@ use crate::config::{Config, LogFormat};
 use crate::downstream;
 use crate::metrics::Metrics;
 use anyhow::Context;
-use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// A running gateway.
 #[derive(Debug)]
@@ -224,47 +220,16 @@ async fn accept_loop(
     max_connections: usize,
     grace: std::time::Duration,
 ) {
-    let permits = Arc::new(Semaphore::new(max_connections));
-    let connections = TaskTracker::new();
-    loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => break,
-            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
-        };
-        let (stream, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let bridge = bridge.clone();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req| {
-                let bridge = bridge.clone();
-                async move { Ok::<_, std::convert::Infallible>(downstream::http::serve(bridge, req).await) }
-            });
-            let conn = http1::Builder::new().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(30)).serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r { tracing::debug!(%peer, "connection ended: {e}") },
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
-    }
-    drop(listener);
-    connections.close();
+    let limits = crate::listener::Limits {
+        name: "mcp",
+        max_connections,
+        header_read_timeout: std::time::Duration::from_secs(30),
+    };
+    let engine = bridge.clone();
+    let connections = crate::listener::serve(listener, limits, stop, move |req, _| {
+        downstream::http::serve(engine.clone(), req)
+    })
+    .await;
     bridge.close(grace).await;
     if tokio::time::timeout(grace, connections.wait())
         .await

@@ -20,7 +20,6 @@ use futures_util::StreamExt;
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -28,9 +27,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// The one path of the internal listener.
 pub const HOP_PATH: &str = "/internal/v1/resume";
@@ -357,53 +355,17 @@ fn decode_reply(mut msg: Value) -> Option<Reply> {
 
 /// Serves the internal listener until `stop`, then lets in-flight hops finish.
 pub async fn serve_internal(listener: TcpListener, bridge: Arc<Bridge>, stop: CancellationToken) {
-    let permits = Arc::new(Semaphore::new(bridge.config.server.max_connections));
-    let connections = TaskTracker::new();
-    loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => break,
-            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
-        };
-        let (stream, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!("internal accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let bridge = bridge.clone();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req| {
-                let bridge = bridge.clone();
-                async move {
-                    Ok::<_, std::convert::Infallible>(handle(bridge, req, peer).await)
-                }
-            });
-            let conn = http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r { tracing::debug!(%peer, "internal connection ended: {e}") },
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
-    }
-    drop(listener);
-    connections.close();
-    // Hops in flight end when their calls do; the bridge bounds that by the shutdown grace.
+    let limits = crate::listener::Limits {
+        name: "internal",
+        max_connections: bridge.config.server.max_connections,
+        header_read_timeout: Duration::from_secs(30),
+    };
     let grace = bridge.config.server.shutdown_grace + Duration::from_secs(1);
+    let connections = crate::listener::serve(listener, limits, stop, move |req, peer| {
+        handle(bridge.clone(), req, peer)
+    })
+    .await;
+    // Hops in flight end when their calls do; the bridge bounds that by the shutdown grace.
     if tokio::time::timeout(grace, connections.wait())
         .await
         .is_err()

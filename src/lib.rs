@@ -22,7 +22,7 @@
 //! sessions and the pool), [`bridge`] (calls, parking, resume, expiry, replay), [`fleet`] (the
 //! internal hop that forwards a retry to the replica holding its call), [`seal`] (the only
 //! crypto), [`sse`], [`metrics`] (typed Prometheus metrics), [`admin`] (the `/metrics`,
-//! `/healthz`, `/readyz` listener), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the
+//! `/healthz`, `/readyz` listener), [`listener`] (the one accept loop), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the
 //! `health` command), and [`legacy_server`] (the built-in legacy server used by `demo` and the
 //! tests).
 #![forbid(unsafe_code)]
@@ -36,6 +36,7 @@ pub mod downstream;
 pub mod fleet;
 pub mod jsonrpc;
 pub mod legacy_server;
+pub mod listener;
 pub mod metrics;
 pub mod probe;
 pub mod protocol;
