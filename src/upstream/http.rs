@@ -203,8 +203,8 @@ impl Link {
         true
     }
 
-    /// Pumps an SSE body into the session task until it ends. Returns what the stream told
-    /// about resuming it, and whether the response to `awaited` went by.
+    /// Pumps an SSE body into the session task until it ends, recording in `cursor` where the
+    /// stream got to (last event id, `retry`) and whether the response to `awaited` went by.
     pub async fn pump(
         &self,
         body: hyper::body::Incoming,
