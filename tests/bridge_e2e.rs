@@ -647,6 +647,41 @@ async fn past_the_pool_maximum_callers_queue_then_get_backend_busy() {
 }
 
 #[tokio::test]
+async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
+    let gw = Gateway::with(Options {
+        extra: "[limits]\nmax_parked_per_principal = 1\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let alice = gw.client().with_principal("alice");
+    let caps = json!({"elicitation": {}});
+    let first = alice.call_tool("ask_form", json!({}), &caps).await;
+    assert_eq!(first.result()["resultType"], "input_required");
+    let starts = |gw: &Gateway| {
+        gw.backend_received()
+            .iter()
+            .filter(|m| m["method"] == "initialize")
+            .count()
+    };
+    let before = starts(&gw);
+    let refused = alice.call_tool("ask_form", json!({}), &caps).await;
+    assert_eq!(refused.error_code(), -32000, "{:#}", refused.body);
+    assert!(refused.error_message().contains("too many calls waiting"));
+    assert_eq!(starts(&gw), before, "no backend session was started for it");
+    // Another principal is not affected, and calls that need no input still run.
+    let bob = gw.client().with_principal("bob");
+    assert_eq!(
+        bob.call_tool("ask_form", json!({}), &caps).await.result()["resultType"],
+        "input_required"
+    );
+    let echo = alice
+        .call_tool("echo", json!({"text": "hi"}), &json!({}))
+        .await;
+    assert_eq!(echo.result()["resultType"], "complete");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn sessions_are_never_shared_across_principals() {
     let gw = Gateway::start().await;
     let alice = gw.client().with_principal("alice");

@@ -144,6 +144,24 @@ async fn begin(
 ) {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
+    // A held call that could not park would only be abandoned: refuse it before it takes a
+    // backend session (for stdio, a process).
+    let tool = req.params.get("name").and_then(Value::as_str);
+    let held = bridge.config.backends[backend]
+        .replay
+        .for_request(&req.method, tool)
+        == crate::config::Policy::Hold;
+    if interactive && rerun.is_none() && held {
+        let limits = &bridge.config.limits;
+        if let Some(full) = bridge.parks.full(
+            &req.principal,
+            limits.max_parked_per_principal,
+            limits.max_parked_total,
+        ) {
+            let _ = reply.send(Reply::Done(Err(full.to_error()))).await;
+            return;
+        }
+    }
     let sent = Instant::now();
     let (lease, call) = match Box::pin(bridge.issue(backend, &req, interactive)).await {
         Ok(issued) => issued,

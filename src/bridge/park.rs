@@ -104,6 +104,16 @@ impl Registry {
         })
     }
 
+    /// Whether a new park for `principal` would be refused now (checked before a call takes a
+    /// backend session, so a principal at its limit cannot make the gateway start sessions).
+    pub fn full(&self, principal: &Digest, per_principal: usize, total: usize) -> Option<Full> {
+        if self.total.load(Ordering::Acquire) >= total {
+            return Some(Full::Total);
+        }
+        let held = self.per_principal.get(principal).map_or(0, |c| *c);
+        (held >= per_principal).then_some(Full::Principal)
+    }
+
     pub fn get(&self, id: &ParkId) -> Option<Handle> {
         self.parks.get(id).map(|h| h.clone())
     }
@@ -145,6 +155,9 @@ mod tests {
         drop(a1);
         assert!(reg.get(&id).is_none());
         assert_eq!(reg.len(), 2);
-        reg.insert(alice, handle(), 2, 3).unwrap();
+        let _a3 = reg.insert(alice, handle(), 2, 3).unwrap();
+        assert_eq!(reg.full(&alice, 2, 4), Some(Full::Principal));
+        assert_eq!(reg.full(&bob, 2, 3), Some(Full::Total));
+        assert_eq!(reg.full(&bob, 2, 4), None);
     }
 }
