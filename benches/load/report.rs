@@ -408,10 +408,9 @@ session also keeps its standalone GET stream: a second connection per parked cal
     let _ = writeln!(
         s,
         "- (d) Parked calls are bounded by `max_parked_total` (and per principal by \
-`max_parked_per_principal`). The limit is checked when a call is about to park, that is after a \
-backend session was leased for it and the backend asked for input; a refused call then gets \
--32000 and its backend call is abandoned. Here the {} refused calls moved the gateway's RSS by \
-{:+} KiB ({:+.1} KiB each: sessions started for them and allocator slack, not held parks). \
+`max_parked_per_principal`). A held interactive call is checked before it takes a backend \
+session, and again when it parks; a refused call gets -32000. Here the {} refused calls moved \
+the gateway's RSS by {:+} KiB ({:+.1} KiB each: allocator slack, not held parks). \
 {bound}\n\n\
 The `perf` observations above come from profiles of the gateway process taken on this machine \
 while the harness ran (`perf record -p PID`); they are not rerun by `{command}`.{vm}",
