@@ -40,6 +40,10 @@ fn criterion_median_ns(dir: &Path, name: &str) -> Option<f64> {
 }
 
 fn duration(ns: f64) -> String {
+    if ns < 0.0 {
+        // A difference of two percentiles can come out below zero when the machine is noisy.
+        return format!("−{}", duration(-ns));
+    }
     if ns >= 1_000_000.0 {
         format!("{:.2} ms", ns / 1_000_000.0)
     } else if ns >= 1_000.0 {
