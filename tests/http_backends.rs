@@ -160,6 +160,17 @@ async fn elicit_round_trip(c: &Client) -> Value {
     .tool_json()
 }
 
+/// The call failed on the backend's side (-32001) with a message that names the backend and
+/// says `hint`.
+fn assert_backend_failed(reply: &Reply, hint: &str) {
+    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    let message = reply.error_message();
+    assert!(
+        message.contains("fixture") && message.contains(hint),
+        "expected the backend named and {hint:?}: {message}"
+    );
+}
+
 fn ada() -> Value {
     json!({"action": "accept", "content": {"name": "Ada"}})
 }
@@ -293,9 +304,7 @@ async fn a_session_lost_while_a_call_is_parked_fails_the_retry_clearly() {
             &first.state(),
         )
         .await;
-    assert_eq!(retry.error_code(), -32001, "{:#}", retry.body);
-    let message = retry.error_message();
-    assert!(message.contains("fixture"), "names the backend: {message}");
+    assert_backend_failed(&retry, "fixture");
     // And the next call gets a new session.
     assert_eq!(elicit_round_trip(&c).await, ada());
     gw.stop().await;
@@ -320,12 +329,7 @@ async fn a_backend_refusing_connections_gets_a_clear_error() {
         .client()
         .call_tool("echo", json!({"text": "x"}), &json!({}))
         .await;
-    assert_eq!(reply.error_code(), -32001);
-    let message = reply.error_message();
-    assert!(
-        message.contains("fixture") && message.contains("cannot reach"),
-        "{message}"
-    );
+    assert_backend_failed(&reply, "cannot reach");
     gw.stop().await;
 }
 
@@ -342,9 +346,7 @@ async fn a_backend_too_slow_gets_a_timeout_error() {
     .await;
     let c = gw.client();
     let reply = c.call_tool("slow", json!({"ms": 5000}), &json!({})).await;
-    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
-    let message = reply.error_message();
-    assert!(message.contains("in time"), "{message}");
+    assert_backend_failed(&reply, "in time");
     // The slow call was cancelled upstream, and the backend still serves others.
     fx.wait_for("cancelled", |f| f.count("notifications/cancelled") >= 1)
         .await;
@@ -416,12 +418,7 @@ async fn bad_answers_fail_only_their_call_and_name_the_backend() {
         ("stray_response", json!({}), "without answering"),
     ] {
         let reply = c.call_tool(tool, args, &json!({})).await;
-        assert_eq!(reply.error_code(), -32001, "{tool}: {:#}", reply.body);
-        let message = reply.error_message();
-        assert!(
-            message.contains("fixture") && message.contains(hint),
-            "{tool}: {message}"
-        );
+        assert_backend_failed(&reply, hint);
         let echo = c.call_tool("echo", json!({"text": tool}), &json!({})).await;
         assert_eq!(echo.result()["resultType"], "complete", "after {tool}");
     }
@@ -599,12 +596,7 @@ async fn an_sse_backend_that_never_names_its_endpoint_gets_a_clear_error() {
         .client()
         .call_tool("echo", json!({"text": "x"}), &json!({}))
         .await;
-    assert_eq!(reply.error_code(), -32001);
-    let message = reply.error_message();
-    assert!(
-        message.contains("fixture") && message.contains("endpoint"),
-        "{message}"
-    );
+    assert_backend_failed(&reply, "endpoint");
     gw.stop().await;
 }
 
