@@ -76,7 +76,8 @@ pub(crate) struct Link {
     pub max_depth: usize,
     /// Deadline for response headers and for whole JSON bodies.
     pub timeout: Duration,
-    pub inbound: mpsc::Sender<Inbound>,
+    /// Boxed: the queue allocates room for 32 messages up front, for every session.
+    inbound: mpsc::Sender<Box<Inbound>>,
     /// Cancelled when the session closes: every task of the session stops.
     pub stop: CancellationToken,
 }
@@ -111,7 +112,7 @@ impl Link {
         headers: HeaderMap,
         start: &super::session::Start,
         stop: CancellationToken,
-    ) -> (Arc<Link>, mpsc::Receiver<Inbound>) {
+    ) -> (Arc<Link>, mpsc::Receiver<Box<Inbound>>) {
         let (inbound, rx) = mpsc::channel(INBOUND);
         let link = Link {
             backend,
@@ -196,7 +197,12 @@ impl Link {
     /// Hands messages to the session task; false once the session is gone.
     pub async fn deliver(&self, msgs: Vec<Message>) -> bool {
         for msg in msgs {
-            if self.inbound.send(Inbound::Message(msg)).await.is_err() {
+            if self
+                .inbound
+                .send(Box::new(Inbound::Message(msg)))
+                .await
+                .is_err()
+            {
                 return false;
             }
         }
@@ -240,8 +246,8 @@ impl Link {
         Ok(())
     }
 
-    async fn report(&self, inbound: Inbound) {
-        let _ = self.inbound.send(inbound).await;
+    pub(crate) async fn report(&self, inbound: Inbound) {
+        let _ = self.inbound.send(Box::new(inbound)).await;
     }
 }
 
@@ -264,10 +270,10 @@ impl Default for Cursor {
 }
 
 /// The next inbound event of an HTTP transport (cancel-safe: a channel receive).
-pub(crate) async fn next(rx: &mut mpsc::Receiver<Inbound>) -> Inbound {
+pub(crate) async fn next(rx: &mut mpsc::Receiver<Box<Inbound>>) -> Inbound {
     rx.recv()
         .await
-        .unwrap_or_else(|| Inbound::ended("the transport stopped"))
+        .map_or_else(|| Inbound::ended("the transport stopped"), |i| *i)
 }
 
 fn is_response_to(msg: &Message, awaited: Option<&Id>) -> bool {
@@ -343,7 +349,7 @@ pub(crate) struct StreamableHttp {
     link: Arc<Link>,
     url: Uri,
     ids: Arc<Mutex<Ids>>,
-    rx: mpsc::Receiver<Inbound>,
+    rx: mpsc::Receiver<Box<Inbound>>,
     tasks: TaskTracker,
     /// Whether to keep the standalone GET stream open.
     standalone: bool,
@@ -352,7 +358,7 @@ pub(crate) struct StreamableHttp {
 impl StreamableHttp {
     pub fn new(
         link: Arc<Link>,
-        rx: mpsc::Receiver<Inbound>,
+        rx: mpsc::Receiver<Box<Inbound>>,
         url: Uri,
         standalone: bool,
     ) -> StreamableHttp {

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 pub(crate) struct HttpSse {
     link: Arc<Link>,
     endpoint: Uri,
-    rx: mpsc::Receiver<Inbound>,
+    rx: mpsc::Receiver<Box<Inbound>>,
     tasks: TaskTracker,
 }
 
@@ -24,7 +24,7 @@ impl HttpSse {
     /// Opens the event stream and waits (within the link's deadline) for its `endpoint` event.
     pub async fn connect(
         link: Arc<Link>,
-        rx: mpsc::Receiver<Inbound>,
+        rx: mpsc::Receiver<Box<Inbound>>,
         url: &Uri,
     ) -> Result<HttpSse, Error> {
         let init = |reason: String| Error::Init {
@@ -81,7 +81,7 @@ impl HttpSse {
                 Err(e) => format!("backend `{}` sent {e}", pump_link.backend),
             };
             tracing::warn!(backend = %pump_link.backend, "{reason}");
-            let _ = pump_link.inbound.send(Inbound::ended(reason)).await;
+            pump_link.report(Inbound::ended(reason)).await;
         });
         Ok(HttpSse {
             link,
@@ -167,9 +167,9 @@ impl Transport for HttpSse {
         tracing::warn!(backend = %self.link.backend, "{why}");
         if let Some(id) = id {
             // Reported from outside: this task is the queue's only reader.
-            let inbound = self.link.inbound.clone();
+            let link = self.link.clone();
             tokio::spawn(async move {
-                let _ = inbound.send(Inbound::Failed { id, reason: why }).await;
+                link.report(Inbound::Failed { id, reason: why }).await;
             });
         }
         Ok(())

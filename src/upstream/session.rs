@@ -43,7 +43,33 @@ pub enum CallEvent {
 #[derive(Debug)]
 pub struct Call {
     pub id: Id,
-    pub events: mpsc::Receiver<CallEvent>,
+    pub events: Events,
+}
+
+/// What a call hears, in order. Events travel boxed: a channel allocates room for 32 of them up
+/// front, and a parked call keeps its channel for as long as it waits.
+#[derive(Debug)]
+pub struct Events(mpsc::Receiver<Box<CallEvent>>);
+
+impl Events {
+    /// The next event; `None` once the session has let go of the call.
+    pub async fn recv(&mut self) -> Option<CallEvent> {
+        self.0.recv().await.map(|e| *e)
+    }
+}
+
+/// The session task's end of a call's events.
+#[derive(Debug, Clone)]
+pub(crate) struct EventTx(mpsc::Sender<Box<CallEvent>>);
+
+impl EventTx {
+    async fn send(&self, event: CallEvent) -> Result<(), ()> {
+        self.0.send(Box::new(event)).await.map_err(|_| ())
+    }
+
+    fn try_send(&self, event: CallEvent) {
+        let _ = self.0.try_send(Box::new(event));
+    }
 }
 
 /// Facts fixed by the session's `initialize`.
@@ -62,7 +88,7 @@ pub(crate) enum Cmd {
         method: String,
         params: Option<Value>,
         interactive: bool,
-        events: mpsc::Sender<CallEvent>,
+        events: EventTx,
     },
     Respond {
         id: Id,
@@ -86,7 +112,7 @@ pub struct Session {
 struct Inner {
     id: u64,
     backend: String,
-    cmd: mpsc::Sender<Cmd>,
+    cmd: mpsc::Sender<Box<Cmd>>,
     info: InitInfo,
     alive: Arc<AtomicBool>,
     /// The next upstream request id of this session.
@@ -97,7 +123,7 @@ impl Session {
     pub(crate) fn new(
         id: u64,
         backend: String,
-        cmd: mpsc::Sender<Cmd>,
+        cmd: mpsc::Sender<Box<Cmd>>,
         info: InitInfo,
         alive: Arc<AtomicBool>,
     ) -> Session {
@@ -146,15 +172,16 @@ impl Session {
         // Ids start at 1: `initialize` was 0.
         let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (events, rx) = mpsc::channel(CALL_EVENTS);
+        let (events, rx) = (EventTx(events), Events(rx));
         self.inner
             .cmd
-            .send(Cmd::Request {
+            .send(Box::new(Cmd::Request {
                 id: id.clone(),
                 method: method.to_owned(),
                 params,
                 interactive,
                 events,
-            })
+            }))
             .await
             .map_err(|_| self.closed())?;
         Ok(Call { id, events: rx })
@@ -164,7 +191,7 @@ impl Session {
     pub async fn respond(&self, id: Id, outcome: Result<Value, ErrorObject>) -> Result<(), Error> {
         self.inner
             .cmd
-            .send(Cmd::Respond { id, outcome })
+            .send(Box::new(Cmd::Respond { id, outcome }))
             .await
             .map_err(|_| self.closed())
     }
@@ -172,17 +199,17 @@ impl Session {
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
         self.inner
             .cmd
-            .send(Cmd::Notify {
+            .send(Box::new(Cmd::Notify {
                 method: method.to_owned(),
                 params,
-            })
+            }))
             .await
             .map_err(|_| self.closed())
     }
 
     /// Stops routing events for a call (it finished or was abandoned). Never blocks.
     pub fn forget(&self, id: Id) {
-        let _ = self.inner.cmd.try_send(Cmd::Forget { id });
+        let _ = self.inner.cmd.try_send(Box::new(Cmd::Forget { id }));
     }
 }
 
@@ -201,7 +228,7 @@ pub(crate) struct Router {
     pub backend: String,
     pub declared: Declared,
     pub rules: Rules,
-    calls: HashMap<Id, mpsc::Sender<CallEvent>>,
+    calls: HashMap<Id, EventTx>,
     progress: HashMap<String, Id>,
     interactive: Option<Id>,
     held_roots: Vec<(Id, Instant)>,
@@ -227,7 +254,7 @@ impl Router {
     pub async fn start(
         &mut self,
         id: Id,
-        tx: mpsc::Sender<CallEvent>,
+        tx: EventTx,
         method: String,
         params: Option<Value>,
         interactive: bool,
@@ -575,7 +602,7 @@ where
 /// The session task: commands from calls go out, everything the backend says is routed.
 async fn run<T: Transport>(
     mut transport: T,
-    mut cmds: mpsc::Receiver<Cmd>,
+    mut cmds: mpsc::Receiver<Box<Cmd>>,
     mut router: Router,
     shutdown: tokio_util::sync::CancellationToken,
     alive: Arc<AtomicBool>,
@@ -587,11 +614,11 @@ async fn run<T: Transport>(
             _ = shutdown.cancelled() => {
                 // Answers and notifications already queued (an abandoned call's cancel) still go out.
                 while let Ok(cmd) = cmds.try_recv() {
-                    let msg = match cmd {
+                    let msg = match *cmd {
                         Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
                         Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
                         Cmd::Request { events, .. } => {
-                            let _ = events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
+                            events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
                             continue;
                         }
                         Cmd::Forget { .. } => continue,
@@ -609,7 +636,7 @@ async fn run<T: Transport>(
             }
             cmd = cmds.recv() => {
                 let Some(cmd) = cmd else { break "the session was closed".to_owned() };
-                let msg = match cmd {
+                let msg = match *cmd {
                     Cmd::Request { id, method, params, interactive, events } => {
                         router.start(id, events, method, params, interactive).await
                     }
@@ -647,8 +674,8 @@ async fn run<T: Transport>(
     // Requests queued behind the end never went out: they may go to a new session.
     cmds.close();
     while let Ok(cmd) = cmds.try_recv() {
-        if let Cmd::Request { events, .. } = cmd {
-            let _ = events.try_send(CallEvent::Unsent(format!(
+        if let Cmd::Request { events, .. } = *cmd {
+            events.try_send(CallEvent::Unsent(format!(
                 "the session ended before the request was sent: {reason}"
             )));
         }
