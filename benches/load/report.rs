@@ -397,14 +397,14 @@ free, up to `pool_max`, rather than letting them share the one being started).",
                 "- (c) With an HTTP backend a parked call holds an upstream session but no process: \
 the session task and its routing state, the Streamable HTTP transport, the task pumping the \
 call's still-open POST event stream and that connection (hyper's connection state and a fixed \
-4 KiB read buffer), the call's task with its channels (tokio allocates room for 32 messages per \
-channel up front), and the park entry. The gateway held {:.1} KiB per call at {} parked, \
-against 16 KiB: missed. Boxing each phase of a call (a future is as large as its largest \
-state), boxing the resume messages and fixing the upstream read buffer at 4 KiB brought it \
-from 71.4 KiB to this; what remains is spread over about ten allocations of 1 to 8 KiB (task \
-futures, channel blocks, connection buffers). The next step would be for a parked call to give \
-back its session task and channels while it waits. Without `--no-standalone-stream` each \
-session also keeps its standalone GET stream: a second connection per parked call.",
+4 KiB read buffer), the call's task with its channels, and the park entry. The gateway held \
+{:.1} KiB per call at {} parked, against 16 KiB: missed. Boxing each phase of a call (a future \
+is as large as its largest state), boxing the messages of the call's channels (a tokio channel \
+allocates room for 32 up front) and fixing the upstream read buffer at 4 KiB brought it from \
+71.4 KiB to this; what remains is spread over the task futures, the channel blocks and the \
+connection's buffers and state. The next step would be for a parked call to give back its \
+session task and channels while it waits. Without `--no-standalone-stream` each session also \
+keeps its standalone GET stream: a second connection per parked call.",
                 m.per_call_kib, m.parked,
             );
         }
