@@ -7,7 +7,9 @@
 
 use super::park::{Entry, Handle, Resume};
 use super::replay::{self, Match};
-use super::{Bridge, Reply, Request, invalid_state, upstream_error, upstream_params};
+use super::{
+    Bridge, Reply, Request, backend_failed, invalid_state, upstream_error, upstream_params,
+};
 use crate::fleet::{self, Route};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
 use crate::metrics::{AbandonReason, RetryReason, RetryResult, StateFailure};
@@ -538,11 +540,10 @@ impl Task {
                         }
                     }
                     Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
-                        return Step::Done(Err(ErrorObject::new(jsonrpc::BACKEND_FAILED, format!("backend `{}` failed during the call: {reason}", self.lease.session().backend()))));
+                        return Step::Done(Err(backend_failed(self.lease.session().backend(), " during the call", &reason)));
                     }
                     None => {
-                        let reason = "session ended";
-                        return Step::Done(Err(ErrorObject::new(jsonrpc::BACKEND_FAILED, format!("backend `{}` failed during the call: {reason}", self.lease.session().backend()))));
+                        return Step::Done(Err(backend_failed(self.lease.session().backend(), " during the call", "session ended")));
                     }
                     Some(CallEvent::Notification { method, params }) => {
                         if let Some(note) = self.downstream_notification(method, params) {
@@ -766,12 +767,10 @@ impl Task {
                 self.outcome = Some(outcome);
             }
             Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
-                self.outcome = Some(Err(ErrorObject::new(
-                    jsonrpc::BACKEND_FAILED,
-                    format!(
-                        "backend `{}` failed while the call waited for input: {reason}",
-                        self.lease.session().backend()
-                    ),
+                self.outcome = Some(Err(backend_failed(
+                    self.lease.session().backend(),
+                    " while the call waited for input",
+                    &reason,
                 )));
             }
             None => {

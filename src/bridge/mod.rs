@@ -246,7 +246,7 @@ impl Bridge {
                     Some(
                         upstream::CallEvent::Closed(reason) | upstream::CallEvent::Unsent(reason),
                     ) => {
-                        return Err(backend_failed(lease.session().backend(), &reason));
+                        return Err(backend_failed(lease.session().backend(), "", &reason));
                     }
                     Some(_) => {}
                     None => {
@@ -436,11 +436,12 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
     Value::Object(p)
 }
 
-/// A backend that failed while serving a request.
-pub(crate) fn backend_failed(backend: &str, reason: &str) -> ErrorObject {
+/// A backend that failed while serving a request; `when` (e.g. " during the call") says at
+/// what point, or is empty.
+pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorObject {
     ErrorObject::new(
         jsonrpc::BACKEND_FAILED,
-        format!("backend `{backend}` failed: {reason}"),
+        format!("backend `{backend}` failed{when}: {reason}"),
     )
 }
 
