@@ -31,12 +31,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     S: Sink,
 {
-    let log = opts
-        .log
-        .as_deref()
-        .map(MessageLog::open)
-        .transpose()?
-        .map(Arc::new);
+    let log = MessageLog::open_if(opts.log.as_deref())?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let mut writer = tokio::spawn(wire::write_loop(output, rx, log.clone()));
     let mut conn = Connection {

@@ -207,6 +207,13 @@ pub(crate) struct MessageLog {
 }
 
 impl MessageLog {
+    /// The log at `path`, if one was asked for (`--log`).
+    pub(crate) fn open_if(path: Option<&Path>) -> io::Result<Option<std::sync::Arc<Self>>> {
+        path.map(Self::open)
+            .transpose()
+            .map(|log| log.map(std::sync::Arc::new))
+    }
+
     pub(crate) fn open(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(Self {

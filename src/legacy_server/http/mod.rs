@@ -80,12 +80,7 @@ async fn serve(
     mode: Mode,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
-    let log = opts
-        .log
-        .as_deref()
-        .map(MessageLog::open)
-        .transpose()?
-        .map(Arc::new);
+    let log = MessageLog::open_if(opts.log.as_deref())?;
     let server = Arc::new(Server {
         permits: Arc::new(Semaphore::new(opts.http.max_connections.max(1))),
         opts,
