@@ -612,3 +612,39 @@ async fn without_a_standalone_stream_pushes_on_the_post_stream_still_work() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn progress_reaches_only_its_own_call_when_calls_share_a_session() {
+    let fx = Fixture::http(&[]).await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    let call = |token: &'static str, steps: u64| {
+        let mut body = c.body(
+            "tools/call",
+            json!({"name": "progress", "arguments": {"steps": steps}}),
+            &json!({}),
+        );
+        body["params"]["_meta"]["progressToken"] = json!(token);
+        let c = &c;
+        async move { c.send(&body).await }
+    };
+    // After a first call opens the session, two calls at once share it; each reads its own
+    // answer stream.
+    assert_eq!(call("tok-0", 1).await.tool_json(), json!({"steps": 1}));
+    let (a, b) = tokio::join!(call("tok-a", 3), call("tok-b", 5));
+    for (r, token, steps) in [(&a, "tok-a", 3), (&b, "tok-b", 5)] {
+        assert_eq!(r.tool_json(), json!({ "steps": steps }));
+        assert_eq!(
+            r.notifications.len(),
+            steps as usize,
+            "every step of {token}: {:#?}",
+            r.notifications
+        );
+        for n in &r.notifications {
+            assert_eq!(n["method"], "notifications/progress");
+            assert_eq!(n["params"]["progressToken"], token);
+        }
+    }
+    assert_eq!(fx.count("initialize"), 1, "one shared session");
+    gw.stop().await;
+}

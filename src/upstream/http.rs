@@ -2,9 +2,10 @@
 //! 2024-11-05 HTTP+SSE transport (`http_sse`) shares.
 //!
 //! Every message to the backend is a POST. A request's answer comes back as JSON or as an SSE
-//! stream that may carry the backend's own requests and notifications before the response; one
-//! task per request pumps that body into the session task's inbound queue, so a long tool call
-//! never blocks the session. The backend's answers to our answers (202) are awaited in line, in
+//! stream that may carry the backend's own requests and notifications before the response. The
+//! call that sent the request reads that stream itself (`Direct`): its response and progress
+//! reach it without a detour, and the backend's requests go to the session task to be routed,
+//! so a long tool call never blocks the session. The backend's answers to our answers (202) are awaited in line, in
 //! order. One more task keeps the standalone GET stream open for pushes unrelated to a POST. A
 //! stream that ends early after giving event ids is resumed with GET + `Last-Event-ID`. A 404 on
 //! a known session means the backend forgot it: the request that saw it is reported as never
@@ -15,6 +16,7 @@ use crate::config::Http as Config;
 use crate::jsonrpc::{self, Id, Message};
 use crate::sse::{self, DecodeError};
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -26,6 +28,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// Where a stream's messages go: the session task's queue, or a call reading its own stream.
+pub(crate) type Sink = mpsc::Sender<Box<Inbound>>;
 
 /// The pooled HTTP(S) client of one backend.
 pub type Client =
@@ -77,7 +82,7 @@ pub(crate) struct Link {
     /// Deadline for response headers and for whole JSON bodies.
     pub timeout: Duration,
     /// Boxed: the queue allocates room for 32 messages up front, for every session.
-    inbound: mpsc::Sender<Box<Inbound>>,
+    pub inbound: Sink,
     /// Cancelled when the session closes: every task of the session stops.
     pub stop: CancellationToken,
 }
@@ -194,15 +199,10 @@ impl Link {
         })
     }
 
-    /// Hands messages to the session task; false once the session is gone.
-    pub async fn deliver(&self, msgs: Vec<Message>) -> bool {
+    /// Hands messages to `sink`; false once nobody listens.
+    pub async fn deliver(sink: &Sink, msgs: Vec<Message>) -> bool {
         for msg in msgs {
-            if self
-                .inbound
-                .send(Box::new(Inbound::Message(msg)))
-                .await
-                .is_err()
-            {
+            if sink.send(Box::new(Inbound::Message(msg))).await.is_err() {
                 return false;
             }
         }
@@ -213,6 +213,7 @@ impl Link {
     /// stream got to (last event id, `retry`) and whether the response to `awaited` went by.
     pub async fn pump(
         &self,
+        sink: &Sink,
         body: hyper::body::Incoming,
         awaited: Option<&Id>,
         cursor: &mut Cursor,
@@ -234,7 +235,7 @@ impl Link {
                     if msgs.iter().any(|m| is_response_to(m, awaited)) {
                         cursor.answered = true;
                     }
-                    if !self.deliver(msgs).await {
+                    if !Link::deliver(sink, msgs).await {
                         return Ok(());
                     }
                 }
@@ -246,8 +247,8 @@ impl Link {
         Ok(())
     }
 
-    pub(crate) async fn report(&self, inbound: Inbound) {
-        let _ = self.inbound.send(Box::new(inbound)).await;
+    pub(crate) async fn report(sink: &Sink, inbound: Inbound) {
+        let _ = sink.send(Box::new(inbound)).await;
     }
 }
 
@@ -399,7 +400,45 @@ fn has_session(ids: &Mutex<Ids>) -> bool {
     ids.lock().expect("ids lock").session.is_some()
 }
 
+/// The calls' own way to the backend: each call POSTs its request and reads the answer stream
+/// itself, so a response reaches the call without a detour through the session task.
+#[derive(Debug)]
+struct Direct {
+    link: Arc<Link>,
+    ids: Arc<Mutex<Ids>>,
+    url: Uri,
+}
+
+impl super::session::Direct for Direct {
+    fn post(&self, id: Id, method: String, msg: Value, sink: Sink) -> BoxFuture<'static, ()> {
+        let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
+        Box::pin(async move {
+            if link.stop.is_cancelled() {
+                let reason = "the session ended before the request was sent".to_owned();
+                let unsent = Some(id);
+                return Link::report(&sink, Inbound::Ended { reason, unsent }).await;
+            }
+            tokio::select! {
+                _ = link.stop.cancelled() => {}
+                _ = request(&link, &ids, &url, &sink, id, &method, msg) => {}
+            }
+        })
+    }
+
+    fn session_queue(&self) -> &Sink {
+        &self.link.inbound
+    }
+}
+
 impl Transport for StreamableHttp {
+    fn direct(&self) -> Option<Arc<dyn super::session::Direct>> {
+        Some(Arc::new(Direct {
+            link: self.link.clone(),
+            ids: self.ids.clone(),
+            url: self.url.clone(),
+        }))
+    }
+
     async fn send(&mut self, msg: Value) -> Result<(), String> {
         let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
         let id = msg
@@ -414,7 +453,7 @@ impl Transport for StreamableHttp {
                 let fut = async move {
                     tokio::select! {
                         _ = stop.cancelled() => {}
-                        _ = request(&link, &ids, &url, id, &method, msg) => {}
+                        _ = request(&link, &ids, &url, &link.inbound, id, &method, msg) => {}
                     }
                 };
                 self.tasks.spawn(fut);
@@ -487,7 +526,15 @@ impl Transport for StreamableHttp {
 }
 
 /// One request's POST and everything its answer carries.
-async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str, msg: Value) {
+async fn request(
+    link: &Link,
+    ids: &Mutex<Ids>,
+    url: &Uri,
+    sink: &Sink,
+    id: Id,
+    method: &str,
+    msg: Value,
+) {
     let fail = |reason: String| Inbound::Failed {
         id: id.clone(),
         reason,
@@ -500,7 +547,7 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
         Ok(r) => r,
         Err(f) => {
             tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-            return link.report(fail(f.describe(&link.backend))).await;
+            return Link::report(sink, fail(f.describe(&link.backend))).await;
         }
     };
     if method == "initialize"
@@ -510,12 +557,14 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
     }
     let status = resp.status();
     if status == StatusCode::NOT_FOUND && known_session {
-        return link
-            .report(Inbound::Ended {
+        return Link::report(
+            sink,
+            Inbound::Ended {
                 reason: Failure::Gone.describe(&link.backend),
                 unsent: Some(id),
-            })
-            .await;
+            },
+        )
+        .await;
     }
     if status == StatusCode::ACCEPTED {
         return; // the answer comes on the standalone stream
@@ -523,35 +572,40 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
     if !status.is_success() {
         let f = Box::pin(status_failure(resp, link.max_message)).await;
         tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-        return link.report(fail(f.describe(&link.backend))).await;
+        return Link::report(sink, fail(f.describe(&link.backend))).await;
     }
     match content_type(&resp).as_str() {
         "application/json" => match Box::pin(link.read_json(resp.into_body())).await {
             Ok(msgs) => {
                 let answered = msgs.iter().any(|m| is_response_to(m, Some(&id)));
-                if link.deliver(msgs).await && !answered {
-                    link.report(fail(format!(
-                        "backend `{}` answered without a response to the request",
-                        link.backend
-                    )))
+                if Link::deliver(sink, msgs).await && !answered {
+                    Link::report(
+                        sink,
+                        fail(format!(
+                            "backend `{}` answered without a response to the request",
+                            link.backend
+                        )),
+                    )
                     .await;
                 }
             }
             Err(f) => {
                 tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-                link.report(fail(f.describe(&link.backend))).await;
+                Link::report(sink, fail(f.describe(&link.backend))).await;
             }
         },
         "text/event-stream" => {
             let mut cursor = Cursor::default();
             // Boxed, like the other phases: a request's task holds only the phase it is in.
-            if let Err(e) = Box::pin(link.pump(resp.into_body(), Some(&id), &mut cursor)).await {
+            if let Err(e) =
+                Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor)).await
+            {
                 let why = format!("backend `{}` sent {e}", link.backend);
                 tracing::warn!(backend = %link.backend, %method, "{why}");
-                return link.report(fail(why)).await;
+                return Link::report(sink, fail(why)).await;
             }
             if !cursor.answered {
-                Box::pin(resume(link, ids, url, &id, cursor)).await;
+                Box::pin(resume(link, ids, url, sink, &id, cursor)).await;
             }
         }
         other => {
@@ -560,14 +614,21 @@ async fn request(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: Id, method: &str,
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %method, "{why}");
-            link.report(fail(why)).await;
+            Link::report(sink, fail(why)).await;
         }
     }
 }
 
 /// A request's stream ended before its response: resume it with `Last-Event-ID` if the backend
 /// gave event ids (2025-11-25), else fail the call.
-async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: Cursor) {
+async fn resume(
+    link: &Link,
+    ids: &Mutex<Ids>,
+    url: &Uri,
+    sink: &Sink,
+    id: &Id,
+    mut cursor: Cursor,
+) {
     let mut attempts = 0;
     while !cursor.answered {
         let Some(last) = cursor.last_id.clone().filter(|_| attempts < MAX_RESUMES) else {
@@ -576,12 +637,14 @@ async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: C
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %id, "{why}");
-            return link
-                .report(Inbound::Failed {
+            return Link::report(
+                sink,
+                Inbound::Failed {
                     id: id.clone(),
                     reason: why,
-                })
-                .await;
+                },
+            )
+            .await;
         };
         attempts += 1;
         tokio::time::sleep(cursor.retry).await;
@@ -601,28 +664,34 @@ async fn resume(link: &Link, ids: &Mutex<Ids>, url: &Uri, id: &Id, mut cursor: C
             }
         };
         if resp.status() == StatusCode::NOT_FOUND {
-            link.report(Inbound::Failed {
-                id: id.clone(),
-                reason: Failure::Gone.describe(&link.backend),
-            })
+            Link::report(
+                sink,
+                Inbound::Failed {
+                    id: id.clone(),
+                    reason: Failure::Gone.describe(&link.backend),
+                },
+            )
             .await;
-            return link
-                .report(Inbound::ended(Failure::Gone.describe(&link.backend)))
-                .await;
+            return Link::report(sink, Inbound::ended(Failure::Gone.describe(&link.backend))).await;
         }
         if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {
             tracing::debug!(backend = %link.backend, status = %resp.status(), "resuming a stream was refused");
             continue;
         }
         let before = cursor.last_id.clone();
-        if let Err(e) = link.pump(resp.into_body(), Some(id), &mut cursor).await {
+        if let Err(e) = link
+            .pump(sink, resp.into_body(), Some(id), &mut cursor)
+            .await
+        {
             let why = format!("backend `{}` sent {e}", link.backend);
-            return link
-                .report(Inbound::Failed {
+            return Link::report(
+                sink,
+                Inbound::Failed {
                     id: id.clone(),
                     reason: why,
-                })
-                .await;
+                },
+            )
+            .await;
         }
         if cursor.last_id != before {
             attempts = 0; // progress: the stream is alive
@@ -658,9 +727,11 @@ async fn standalone(link: Arc<Link>, ids: Arc<Mutex<Ids>>, url: Uri) {
                 return;
             }
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
-                return link
-                    .report(Inbound::ended(Failure::Gone.describe(&link.backend)))
-                    .await;
+                return Link::report(
+                    &link.inbound,
+                    Inbound::ended(Failure::Gone.describe(&link.backend)),
+                )
+                .await;
             }
             Ok(resp)
                 if resp.status().is_success() && content_type(&resp) == "text/event-stream" =>
@@ -668,7 +739,7 @@ async fn standalone(link: Arc<Link>, ids: Arc<Mutex<Ids>>, url: Uri) {
                 backoff = Duration::from_millis(100);
                 let pumped = tokio::select! {
                     _ = link.stop.cancelled() => return,
-                    r = link.pump(resp.into_body(), None, &mut cursor) => r,
+                    r = link.pump(&link.inbound, resp.into_body(), None, &mut cursor) => r,
                 };
                 if let Err(e) = pumped {
                     tracing::warn!(backend = %link.backend, "standalone stream: backend sent {e}");

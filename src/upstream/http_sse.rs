@@ -81,7 +81,7 @@ impl HttpSse {
                 Err(e) => format!("backend `{}` sent {e}", pump_link.backend),
             };
             tracing::warn!(backend = %pump_link.backend, "{reason}");
-            pump_link.report(Inbound::ended(reason)).await;
+            Link::report(&pump_link.inbound, Inbound::ended(reason)).await;
         });
         Ok(HttpSse {
             link,
@@ -106,7 +106,7 @@ async fn pump_events(
         }
         match crate::jsonrpc::parse_many(event.data.as_bytes(), link.max_depth) {
             Ok(msgs) => {
-                if !link.deliver(msgs).await {
+                if !Link::deliver(&link.inbound, msgs).await {
                     return Ok(());
                 }
             }
@@ -169,7 +169,7 @@ impl Transport for HttpSse {
             // Reported from outside: this task is the queue's only reader.
             let link = self.link.clone();
             tokio::spawn(async move {
-                link.report(Inbound::Failed { id, reason: why }).await;
+                Link::report(&link.inbound, Inbound::Failed { id, reason: why }).await;
             });
         }
         Ok(())

@@ -4,6 +4,9 @@
 //! interactive call, and requests outside any call by the rules for them (ping answered, roots
 //! from static config or held for the next call, anything else refused).
 //!
+//! On Streamable HTTP each request has its own answer stream, which the call reads itself
+//! (`Direct`); the session task then routes only what is not the call's own answer.
+//!
 //! The task is generic over a [`Transport`] (stdio lines, Streamable HTTP, HTTP+SSE), so every
 //! backend kind shares the handshake, the routing and the shutdown path.
 
@@ -49,12 +52,164 @@ pub struct Call {
 /// What a call hears, in order. Events travel boxed: a channel allocates room for 32 of them up
 /// front, and a parked call keeps its channel for as long as it waits.
 #[derive(Debug)]
-pub struct Events(mpsc::Receiver<Box<CallEvent>>);
+pub struct Events {
+    routed: mpsc::Receiver<Box<CallEvent>>,
+    /// The call's own answer stream, when the transport lets calls read it themselves.
+    own: Option<Box<OwnStream>>,
+}
 
 impl Events {
+    fn routed(rx: mpsc::Receiver<Box<CallEvent>>) -> Events {
+        Events {
+            routed: rx,
+            own: None,
+        }
+    }
+
     /// The next event; `None` once the session has let go of the call.
     pub async fn recv(&mut self) -> Option<CallEvent> {
-        self.0.recv().await.map(|e| *e)
+        let Some(own) = self.own.as_deref_mut() else {
+            return self.routed.recv().await.map(|e| *e);
+        };
+        loop {
+            tokio::select! {
+                biased;
+                event = self.routed.recv(), if own.registered => match event {
+                    // The session ended, but the call's own stream may still say how it went
+                    // (answered, or never seen by the backend and safe to send again).
+                    Some(event) if matches!(*event, CallEvent::Closed(_)) && own.pump.is_some() => {
+                        own.closed = Some(*event);
+                        own.registered = false;
+                    }
+                    Some(event) => return Some(*event),
+                    None => own.registered = false,
+                },
+                inbound = own.rx.recv() => match inbound {
+                    Some(inbound) => {
+                        if let Some(event) = own.take(*inbound).await {
+                            return Some(event);
+                        }
+                    }
+                    // The stream is over; the session may still route to the call.
+                    None if own.registered => return self.routed.recv().await.map(|e| *e),
+                    None => return own.closed.take(),
+                },
+                _ = async { own.pump.as_mut().expect("guarded").await }, if own.pump.is_some() => {
+                    own.pump = None;
+                }
+            }
+        }
+    }
+}
+
+/// Hands the session task something a call's own stream carried, to be routed.
+async fn to_session(session: &Session, inbound: Inbound) {
+    if let Some(direct) = &session.inner.direct {
+        let _ = direct.session_queue().send(Box::new(inbound)).await;
+    }
+}
+
+impl Drop for OwnStream {
+    /// A stream that is still open once the call is done is read to its end in the background
+    /// (briefly), so its connection can be used again; whatever else it carries is dropped.
+    fn drop(&mut self) {
+        let Some(pump) = self.pump.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut rx = std::mem::replace(&mut self.rx, mpsc::channel(1).1);
+        runtime.spawn(async move {
+            let drain = async { while rx.recv().await.is_some() {} };
+            let _ = tokio::time::timeout(DRAIN, futures_util::future::join(pump, drain)).await;
+        });
+    }
+}
+
+/// How long a finished call's answer stream may take to end on its own.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// A call's own POST and answer stream: the response and the call's progress come straight to
+/// the call; the backend's requests and anything else go to the session task to be routed.
+struct OwnStream {
+    id: Id,
+    progress: Option<String>,
+    /// Whether the session task routes to this call too (interactive, or with a progress token).
+    registered: bool,
+    /// The session's word that it ended, kept until the call's own stream has had its say.
+    closed: Option<CallEvent>,
+    /// Sends the request and reads its answer into `rx`; polled while the call waits for events.
+    pump: Option<futures_util::future::BoxFuture<'static, ()>>,
+    rx: mpsc::Receiver<Box<Inbound>>,
+    session: Session,
+}
+
+impl std::fmt::Debug for OwnStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnStream")
+            .field("id", &self.id)
+            .field("registered", &self.registered)
+            .field("pumping", &self.pump.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnStream {
+    /// What the call hears of one thing its stream carried, if anything.
+    async fn take(&mut self, inbound: Inbound) -> Option<CallEvent> {
+        let mine = |id: &Id| *id == self.id;
+        match inbound {
+            Inbound::Message(Message::Response { id, outcome }) if mine(&id) => {
+                self.finish();
+                Some(CallEvent::Response(outcome))
+            }
+            Inbound::Message(Message::Notification { method, params })
+                if method == "notifications/message"
+                    || (method == "notifications/progress"
+                        && self.progress.is_some()
+                        && params
+                            .as_ref()
+                            .and_then(|p| p.get("progressToken"))
+                            .and_then(Value::as_str)
+                            == self.progress.as_deref()) =>
+            {
+                Some(CallEvent::Notification { method, params })
+            }
+            Inbound::Failed { id, reason } if mine(&id) => {
+                self.finish();
+                Some(CallEvent::Closed(reason))
+            }
+            Inbound::Ended { reason, unsent } => {
+                // Dead before the call hears of it, so a call sent again never lands here.
+                self.session.inner.alive.store(false, Ordering::Release);
+                let event = if unsent.as_ref().is_some_and(mine) {
+                    CallEvent::Unsent(reason.clone())
+                } else {
+                    CallEvent::Closed(reason.clone())
+                };
+                to_session(
+                    &self.session,
+                    Inbound::Ended {
+                        reason,
+                        unsent: None,
+                    },
+                )
+                .await;
+                self.finish();
+                Some(event)
+            }
+            other => {
+                to_session(&self.session, other).await;
+                None
+            }
+        }
+    }
+
+    /// The call has its outcome: the session task stops routing to it.
+    fn finish(&mut self) {
+        if self.registered {
+            self.session.forget(self.id.clone());
+            self.registered = false;
+        }
     }
 }
 
@@ -100,6 +255,13 @@ pub(crate) enum Cmd {
     },
     /// The call is over for the gateway: stop routing to it.
     Forget { id: Id },
+    /// A call that sends its request itself: route the session's requests and its progress to it.
+    Register {
+        id: Id,
+        progress: Option<String>,
+        interactive: bool,
+        events: EventTx,
+    },
 }
 
 /// A handle to a session task. Cheap to clone.
@@ -115,6 +277,8 @@ struct Inner {
     cmd: mpsc::Sender<Box<Cmd>>,
     info: InitInfo,
     alive: Arc<AtomicBool>,
+    /// Set when calls send their own requests (Streamable HTTP).
+    direct: Option<Arc<dyn Direct>>,
     /// The next upstream request id of this session.
     next_id: std::sync::atomic::AtomicI64,
 }
@@ -126,6 +290,7 @@ impl Session {
         cmd: mpsc::Sender<Box<Cmd>>,
         info: InitInfo,
         alive: Arc<AtomicBool>,
+        direct: Option<Arc<dyn Direct>>,
     ) -> Session {
         Session {
             inner: Arc::new(Inner {
@@ -134,6 +299,7 @@ impl Session {
                 cmd,
                 info,
                 alive,
+                direct,
                 next_id: std::sync::atomic::AtomicI64::new(1),
             }),
         }
@@ -172,19 +338,62 @@ impl Session {
         // Ids start at 1: `initialize` was 0.
         let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (events, rx) = mpsc::channel(CALL_EVENTS);
-        let (events, rx) = (EventTx(events), Events(rx));
-        self.inner
-            .cmd
-            .send(Box::new(Cmd::Request {
+        let (events, rx) = (EventTx(events), Events::routed(rx));
+        let Some(direct) = &self.inner.direct else {
+            self.inner
+                .cmd
+                .send(Box::new(Cmd::Request {
+                    id: id.clone(),
+                    method: method.to_owned(),
+                    params,
+                    interactive,
+                    events,
+                }))
+                .await
+                .map_err(|_| self.closed())?;
+            return Ok(Call { id, events: rx });
+        };
+        if !self.is_alive() {
+            return Err(self.closed());
+        }
+        let mut params = params;
+        let progress = rewrite_progress(&id, params.as_mut());
+        // Registered before the request goes out, so the session task (which takes commands
+        // before the backend's messages) routes the backend's first push to this call.
+        let registered = interactive || progress.is_some();
+        if registered {
+            self.inner
+                .cmd
+                .send(Box::new(Cmd::Register {
+                    id: id.clone(),
+                    progress: progress.clone(),
+                    interactive,
+                    events,
+                }))
+                .await
+                .map_err(|_| self.closed())?;
+        }
+        let msg = Message::Request {
+            id: id.clone(),
+            method: method.to_owned(),
+            params,
+        }
+        .to_value();
+        let (sink, own) = mpsc::channel(CALL_EVENTS);
+        let pump = direct.post(id.clone(), method.to_owned(), msg, sink);
+        let events = Events {
+            routed: rx.routed,
+            own: Some(Box::new(OwnStream {
                 id: id.clone(),
-                method: method.to_owned(),
-                params,
-                interactive,
-                events,
-            }))
-            .await
-            .map_err(|_| self.closed())?;
-        Ok(Call { id, events: rx })
+                progress,
+                registered,
+                closed: None,
+                pump: Some(pump),
+                rx: own,
+                session: self.clone(),
+            })),
+        };
+        Ok(Call { id, events })
     }
 
     /// Answers a server request.
@@ -218,6 +427,18 @@ impl Session {
 pub struct Rules {
     pub static_roots: Arc<Vec<Value>>,
     pub held_roots_wait: Duration,
+}
+
+/// Rewrites a request's progress token to one derived from the upstream id, so notifications
+/// route exactly; returns the new token.
+fn rewrite_progress(id: &Id, params: Option<&mut Value>) -> Option<String> {
+    let meta = params?.get_mut("_meta")?.as_object_mut()?;
+    if !meta.contains_key("progressToken") {
+        return None;
+    }
+    let token = format!("mrtr-{id}");
+    meta.insert("progressToken".into(), json!(token));
+    Some(token)
 }
 
 /// Per-call channel depth: events beyond it wait, which slows the backend reader, never drops.
@@ -260,15 +481,20 @@ impl Router {
         interactive: bool,
     ) -> Value {
         let mut params = params;
-        // Progress tokens are rewritten to the upstream id so notifications route exactly.
-        if let Some(meta) = params
-            .as_mut()
-            .and_then(|p| p.get_mut("_meta"))
-            .and_then(Value::as_object_mut)
-            && meta.contains_key("progressToken")
-        {
-            let token = format!("mrtr-{id}");
-            meta.insert("progressToken".into(), json!(token));
+        let progress = rewrite_progress(&id, params.as_mut());
+        self.register(id.clone(), tx, progress, interactive).await;
+        Message::Request { id, method, params }.to_value()
+    }
+
+    /// Routes the session's requests (if `interactive`) and the progress of `progress` to a call.
+    pub async fn register(
+        &mut self,
+        id: Id,
+        tx: EventTx,
+        progress: Option<String>,
+        interactive: bool,
+    ) {
+        if let Some(token) = progress {
             self.progress.insert(token, id.clone());
         }
         if interactive {
@@ -284,8 +510,7 @@ impl Router {
                     .await;
             }
         }
-        self.calls.insert(id.clone(), tx);
-        Message::Request { id, method, params }.to_value()
+        self.calls.insert(id, tx);
     }
 
     pub fn forget(&mut self, id: &Id) {
@@ -466,8 +691,28 @@ pub(crate) trait Transport: Send + 'static {
     fn recv(&mut self) -> impl Future<Output = Inbound> + Send;
     /// The handshake is over and `version` was negotiated.
     fn ready(&mut self, _version: &str) {}
+    /// A way for calls to send their requests and read the answers themselves, if the transport
+    /// gives each request its own answer stream.
+    fn direct(&self) -> Option<Arc<dyn Direct>> {
+        None
+    }
     /// Ends the connection politely (close stdin, DELETE the session).
     fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+/// Requests sent by the calls themselves (Streamable HTTP: one POST and answer stream each).
+pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
+    /// Sends `msg` and delivers everything its answer carries to `sink`, until the answer is
+    /// complete or the session closes.
+    fn post(
+        &self,
+        id: Id,
+        method: String,
+        msg: Value,
+        sink: mpsc::Sender<Box<Inbound>>,
+    ) -> futures_util::future::BoxFuture<'static, ()>;
+    /// The session task's queue, for what a call's stream carries that is not the call's.
+    fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>>;
 }
 
 static SESSION_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -588,7 +833,15 @@ where
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
     let alive = Arc::new(AtomicBool::new(true));
     let id = SESSION_IDS.fetch_add(1, Ordering::Relaxed);
-    let session = Session::new(id, start.backend.clone(), cmd_tx, info, alive.clone());
+    let direct = transport.direct();
+    let session = Session::new(
+        id,
+        start.backend.clone(),
+        cmd_tx,
+        info,
+        alive.clone(),
+        direct,
+    );
     let router = Router::new(start.backend.clone(), declared, start.rules.clone());
     let fut = async move {
         let transport = run(transport, cmd_rx, router, shutdown, alive).await;
@@ -610,7 +863,10 @@ async fn run<T: Transport>(
     let mut unsent = None;
     let reason = loop {
         let held = router.next_deadline();
+        // Biased: commands first, so a call registered before its request went out is known
+        // before anything the backend says about it.
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => {
                 // Answers and notifications already queued (an abandoned call's cancel) still go out.
                 while let Ok(cmd) = cmds.try_recv() {
@@ -618,6 +874,10 @@ async fn run<T: Transport>(
                         Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
                         Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
                         Cmd::Request { events, .. } => {
+                            events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
+                            continue;
+                        }
+                        Cmd::Register { events, .. } => {
                             events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
                             continue;
                         }
@@ -643,6 +903,10 @@ async fn run<T: Transport>(
                     Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
                     Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
                     Cmd::Forget { id } => { router.forget(&id); continue; }
+                    Cmd::Register { id, progress, interactive, events } => {
+                        router.register(id, events, progress, interactive).await;
+                        continue;
+                    }
                 };
                 // Boxed so an idle session's task holds only its select, not a send in progress.
                 if let Err(e) = Box::pin(transport.send(msg)).await { break e; }
@@ -674,10 +938,13 @@ async fn run<T: Transport>(
     // Requests queued behind the end never went out: they may go to a new session.
     cmds.close();
     while let Ok(cmd) = cmds.try_recv() {
-        if let Cmd::Request { events, .. } = *cmd {
-            events.try_send(CallEvent::Unsent(format!(
+        match *cmd {
+            Cmd::Request { events, .. } => events.try_send(CallEvent::Unsent(format!(
                 "the session ended before the request was sent: {reason}"
-            )));
+            ))),
+            // Its request went out by itself: whether the backend saw it is unknown.
+            Cmd::Register { events, .. } => events.try_send(CallEvent::Closed(reason.clone())),
+            _ => {}
         }
     }
     router.close_all(&reason).await;
