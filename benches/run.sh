@@ -23,12 +23,14 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true
 # Build the benches first, then the plain release binary: bench builds enable dev-dependency
 # features (tokio's test-util) that the shipped binary does not have, so the harness runs a copy
 # of the binary `cargo build --release` makes.
-cargo bench --bench micro --bench load --no-run
+cargo bench --bench micro --bench load --bench conn_cost --no-run
 cargo build --release
 mkdir -p "$target/bench-bin"
 cp "$target/release/mrtr-gateway" "$target/bench-bin/mrtr-gateway"
 
 cargo bench --bench micro -- --warm-up-time 1 --measurement-time 3
+# The floor under memory per parked call: one upstream connection holding an open stream.
+cargo bench --bench conn_cost -- 2000 | tail -n 1 > "$target/conn-cost.txt"
 cargo bench --bench load -- \
   --gateway "$target/bench-bin/mrtr-gateway" \
   --criterion-dir "$target/criterion" \

@@ -25,7 +25,7 @@ use gateway::{BackendKind, Gateway, HttpFixture, Sched, Settings};
 use hdrhistogram::Histogram;
 use legacy::Legacy;
 use modern::Conn;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::path::PathBuf;
@@ -72,6 +72,9 @@ struct Args {
     /// Where the JSON results go.
     #[arg(long, default_value = "target/bench-load.json")]
     out: PathBuf,
+    /// Measure nothing: write the report from the results of an earlier run (its `--out` file).
+    #[arg(long)]
+    render: Option<PathBuf>,
     /// Write the Markdown report here (with criterion's estimates from `--criterion-dir`).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -89,7 +92,7 @@ struct Args {
 }
 
 /// Latency summary in microseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     pub count: u64,
     pub p50_us: f64,
@@ -109,7 +112,7 @@ impl Latency {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Load {
     /// Calls made, warm-up included.
     pub sent: u64,
@@ -120,7 +123,7 @@ pub struct Load {
 }
 
 /// CPU spent per operation, in microseconds: on a CPU, and runnable but waiting for one.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Cpu {
     pub gateway_run_us: f64,
     pub gateway_wait_us: f64,
@@ -141,7 +144,7 @@ impl Cpu {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemoryPoint {
     pub parked: usize,
     pub gateway_rss_kib: u64,
@@ -150,7 +153,7 @@ pub struct MemoryPoint {
     pub children_rss_kib: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Limit {
     pub max_parked_total: usize,
     pub held: usize,
@@ -160,8 +163,11 @@ pub struct Limit {
     pub rss_after_refusals_kib: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
+    /// When the load run started (UTC) and the commit it measured.
+    pub date: String,
+    pub commit: String,
     pub backend: String,
     pub loadavg_before: String,
     pub loadavg_after: String,
@@ -520,6 +526,8 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     // measured in alternating slices so that both see the same machine: it is shared, and other
     // work on it comes and goes.
     let loadavg_before = gateway::loadavg();
+    let date = report::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let commit = report::output("git", &["rev-parse", "--short", "HEAD"]);
     let mut backend = match &fixture {
         None => Legacy::stdio(exe).await?,
         Some(f) => Legacy::http(&f.url, f.proc.pid).await?,
@@ -645,6 +653,8 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Results {
+        date,
+        commit,
         backend: format!("{:?}", args.backend).to_lowercase(),
         loadavg_before,
         loadavg_after,
@@ -671,7 +681,11 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let results = run(&args).await?;
+    let results = match &args.render {
+        Some(path) => serde_json::from_slice(&std::fs::read(path)?)
+            .with_context(|| format!("read results from {}", path.display()))?,
+        None => run(&args).await?,
+    };
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;
     }

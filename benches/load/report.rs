@@ -61,7 +61,7 @@ fn met(ok: bool) -> &'static str {
     if ok { "yes" } else { "**no**" }
 }
 
-fn output(cmd: &str, args: &[&str]) -> String {
+pub fn output(cmd: &str, args: &[&str]) -> String {
     std::process::Command::new(cmd)
         .args(args)
         .output()
@@ -93,8 +93,7 @@ fn niceness() -> String {
 
 pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let mut s = String::new();
-    let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
-    let commit = output("git", &["rev-parse", "--short", "HEAD"]);
+    let (date, commit) = (&r.date, &r.commit);
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpu = proc_field("/proc/cpuinfo", "model name");
     let mem = proc_field("/proc/meminfo", "MemTotal");
@@ -253,6 +252,22 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         "\n## Memory detail\n\nGateway RSS with no parked call (after warm-up): {} KiB.\n",
         r.baseline_rss_kib
     );
+    // Written by `benches/run.sh` next to criterion's directory.
+    let conn_cost = criterion
+        .parent()
+        .and_then(|t| std::fs::read_to_string(t.join("conn-cost.txt")).ok());
+    if let Some(line) = conn_cost
+        .as_deref()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
+        let _ = writeln!(
+            s,
+            "One upstream connection holding an open streamed response, the gateway's HTTP \
+client alone (`cargo bench --bench conn_cost -- 2000`, its local test server in the same \
+process): {line}.\n"
+        );
+    }
     let _ = writeln!(
         s,
         "| parked | gateway RSS | per parked call | backend children | children RSS (sum) |\n|---|---|---|---|---|"
@@ -274,8 +289,9 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         s,
         "\n## Method\n\n\
 - One command: `{command}`. It builds the release binary, runs the criterion micro-benchmarks \
-(`cargo bench --bench micro`, short warm-up and measurement) and the load harness \
-(`cargo bench --bench load`, `benches/load/`), which writes this file.\n\
+(`cargo bench --bench micro`, short warm-up and measurement), the connection cost \
+(`cargo bench --bench conn_cost`) and the load harness (`cargo bench --bench load`, \
+`benches/load/`), which writes this file.\n\
 - Everything runs on 127.0.0.1 on this machine: the load client (a tokio runtime with two \
 workers), the gateway (release binary started as a child with a generated config, address read \
 from its `listening on` line) and the fixture backend (`mrtr-gateway legacy-server`). They share \
@@ -333,14 +349,17 @@ refused (-32000); RSS is read again after them.\n",
     let _ = writeln!(
         s,
         "- (a) Per pass-through call the gateway spent {} on a CPU, and its threads spent {} \
-runnable but waiting for one; the backend child spent {} per call (directly: {}). A `perf` \
-profile of the gateway at 2,000 req/s puts close to 60% of its CPU in the kernel, most of that \
-in context switches and wake-ups (each request wakes a parked worker on the socket, again on the \
-pipe) and the rest in loopback TCP and pipe I/O; `malloc`/`free` take about 8%; its own code \
-(hyper's codec, `jsonrpc::parse` at {} for a small body, header and `_meta` checks, serializing) \
-is a few per cent each. {} The rest of the added latency is waiting for a \
-CPU: the client, the gateway (two runtime workers) and the backend share two CPUs with other work \
-(load average above). The p99 is that wait at its worst.",
+runnable but waiting for one; the backend spent {} per call (directly: {}). On a Streamable HTTP \
+backend the call's own task POSTs the request and reads the answer (no session task on the way), \
+so the gateway's part is: read and check the client's request (`jsonrpc::parse` is {} for a \
+small body), one HTTP exchange with the backend over a pooled keep-alive connection (hyper's \
+client runs that connection in a task of its own: one hand-over each way), and write the reply. \
+A `perf` profile of the gateway at 2,000 req/s puts most of its CPU in the kernel: context \
+switches and wake-ups first (each request wakes a sleeping worker thread when it arrives from the \
+client and again when the backend answers), then loopback TCP; `malloc`/`free` take about 8%. \
+{} The added latency is those two extra wake-ups on a virtual machine plus the gateway's CPU \
+time, plus waiting for a CPU: the client, the gateway (two runtime workers) and the backend share \
+two CPUs with other work (load average above). The p99 is that wait at its worst.",
         us(g.gateway_run_us),
         us(g.gateway_wait_us),
         us(g.backend_run_us),
@@ -355,17 +374,21 @@ CPU: the client, the gateway (two runtime workers) and the backend share two CPU
     );
     let _ = writeln!(
         s,
-        "- (b) A resume round costs the gateway one HTTP exchange, opening the state ({}), \
-digesting the request, a hand-over to the parked call's task, writing the answer upstream, and \
-routing the backend's result back. That work is a few microseconds (one whole round of \
-translate, seal, build and serialize is {}); the latency is hops: the connection task hands the \
-retry to the call's task, which hands the answer to the session task that owns the backend connection, and the \
-result comes back the same way. Sequential rounds leave the runtime idle between requests (the \
-first request of each call also waits out the default 10 ms coalescing window), so each hop wakes a parked \
-worker thread from sleep. That is where the gateway's {} of CPU per MRTR call (both requests) \
-goes: a `perf` profile of this phase shows context switches and wake-ups at the top, with \
-`malloc` next; and on a busy machine each wake-up also waits for a CPU ({} per MRTR call here). \
-The backend's own part is the same in both measurements and cancels out.",
+        "- (b) A resume round costs the gateway one HTTP exchange with the client, opening the \
+state ({}), digesting the request, a hand-over to the parked call's task, writing the answer \
+upstream (a POST the backend answers with 202), reading the tool's result from the call's own \
+still-open POST stream, and the reply. The CPU work is a few microseconds (one whole round of \
+translate, seal, build and serialize is {}); the latency is hand-overs between tasks and the \
+threads they wake. An `strace` of one retry shows the sequence: the retry is read on one worker, \
+the answer POST is written from the other after a futex wake-up, the 202 and the result come \
+back on the first, which wakes the second again to write the reply. Sequential rounds leave the \
+runtime idle between requests (the first request of each call also waits out the default 10 ms \
+coalescing window), so each of those hand-overs wakes a sleeping thread. That is where the \
+gateway's {} of CPU per MRTR call (both requests) goes: a `perf` profile of this phase shows \
+context switches and wake-ups at the top, with `malloc` next; and on a busy machine each \
+wake-up also waits for a CPU ({} per MRTR call here). The answer still passes through the \
+session task, which owns the session's writes; sending it from the call's task would save one \
+more hand-over. The backend's own part is the same in both measurements and cancels out.",
         criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration),
         criterion_median_ns(criterion, "input_required/translate_seal_build")
             .map_or("(not measured)".into(), duration),
@@ -395,16 +418,22 @@ free, up to `pool_max`, rather than letting them share the one being started).",
             let _ = writeln!(
                 s,
                 "- (c) With an HTTP backend a parked call holds an upstream session but no process: \
-the session task and its routing state, the Streamable HTTP transport, the task pumping the \
-call's still-open POST event stream and that connection (hyper's connection state and a fixed \
-4 KiB read buffer), the call's task with its channels, and the park entry. The gateway held \
-{:.1} KiB per call at {} parked, against 16 KiB: missed. Boxing each phase of a call (a future \
-is as large as its largest state), boxing the messages of the call's channels (a tokio channel \
-allocates room for 32 up front) and fixing the upstream read buffer at 4 KiB brought it from \
-71.4 KiB to this; what remains is spread over the task futures, the channel blocks and the \
-connection's buffers and state. The next step would be for a parked call to give back its \
-session task and channels while it waits. Without `--no-standalone-stream` each session also \
-keeps its standalone GET stream: a second connection per parked call.",
+the session task and its routing state, the Streamable HTTP transport, the call's still-open \
+POST event stream and its connection, the call's task with its channels, and the park entry. \
+The gateway held {:.1} KiB per call at {} parked, against 16 KiB: missed. The largest single \
+part is the connection: a hyper client connection holding an open streamed response costs about \
+22 KiB of resident memory by itself (the conn_cost figure under \"Memory detail\", which also \
+counts its small test server; `heaptrack` shows where): its request queue allocates room for 32 \
+requests up front (about 9 KiB), its header write buffer is 8 KiB, the read buffer is fixed at \
+4 KiB here, plus the connection's task. So 16 KiB cannot be met while each parked call holds its \
+own hyper client connection, and a parked call needs that connection: the backend will send the \
+tool's result on it. The other ~30 KiB are \
+the session task and transport, the `initialize` result each session keeps, the call's task and \
+its channels. Boxing each phase of a call (a future is as large as its largest state), boxing the \
+messages of the call's channels (a tokio channel allocates room for 32 up front) and fixing the \
+upstream read buffer at 4 KiB brought it from 71.4 KiB to about 51 KiB. Without \
+`--no-standalone-stream` each session also keeps its standalone GET stream: a second connection \
+per parked call.",
                 m.per_call_kib, m.parked,
             );
         }
@@ -416,7 +445,7 @@ keeps its standalone GET stream: a second connection per parked call.",
 session, and again when it parks; a refused call gets -32000. Here the {} refused calls moved \
 the gateway's RSS by {:+} KiB ({:+.1} KiB each: allocator slack, not held parks). \
 {bound}\n\n\
-The `perf` observations above come from profiles of the gateway process taken on this machine \
+The `perf` and `strace` observations above come from the gateway process on this machine \
 while the harness ran (`perf record -p PID`); they are not rerun by `{command}`.{vm}",
         l.refused_beyond,
         l.rss_after_refusals_kib as i64 - l.rss_at_limit_kib as i64,
