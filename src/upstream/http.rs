@@ -5,8 +5,8 @@
 //! stream that may carry the backend's own requests and notifications before the response. The
 //! call that sent the request reads that stream itself (`Direct`): its response and progress
 //! reach it without a detour, and the backend's requests go to the session task to be routed,
-//! so a long tool call never blocks the session. The backend's answers to our answers (202) are awaited in line, in
-//! order. One more task keeps the standalone GET stream open for pushes unrelated to a POST. A
+//! so a long tool call never blocks the session. The backend's answers to our answers (202) are
+//! awaited in line, in order. One more task keeps the standalone GET stream open for pushes unrelated to a POST. A
 //! stream that ends early after giving event ids is resumed with GET + `Last-Event-ID`. A 404 on
 //! a known session means the backend forgot it: the request that saw it is reported as never
 //! delivered (so a new call can go to a new session), and the session ends.
@@ -412,17 +412,7 @@ struct Direct {
 impl super::session::Direct for Direct {
     fn post(&self, id: Id, method: String, msg: Value, sink: Sink) -> BoxFuture<'static, ()> {
         let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
-        Box::pin(async move {
-            if link.stop.is_cancelled() {
-                let reason = "the session ended before the request was sent".to_owned();
-                let unsent = Some(id);
-                return Link::report(&sink, Inbound::Ended { reason, unsent }).await;
-            }
-            tokio::select! {
-                _ = link.stop.cancelled() => {}
-                _ = request(&link, &ids, &url, &sink, id, &method, msg) => {}
-            }
-        })
+        Box::pin(until_closed(link, ids, url, sink, id, method, msg))
     }
 
     fn session_queue(&self) -> &Sink {
@@ -446,17 +436,11 @@ impl Transport for StreamableHttp {
             .and_then(|v| serde_json::from_value::<Id>(v.clone()).ok());
         match (method, id) {
             (Some(method), Some(id)) => {
-                let link = self.link.clone();
-                let ids = self.ids.clone();
-                let url = self.url.clone();
-                let stop = link.stop.clone();
-                let fut = async move {
-                    tokio::select! {
-                        _ = stop.cancelled() => {}
-                        _ = request(&link, &ids, &url, &link.inbound, id, &method, msg) => {}
-                    }
-                };
-                self.tasks.spawn(fut);
+                // Only `initialize` comes this way: calls send their own (`Direct`).
+                let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
+                let sink = link.inbound.clone();
+                self.tasks
+                    .spawn(until_closed(link, ids, url, sink, id, method, msg));
                 Ok(())
             }
             (method, _) => {
@@ -522,6 +506,28 @@ impl Transport for StreamableHttp {
             }
         }
         self.tasks.wait().await;
+    }
+}
+
+/// [`request`] for as long as the session is open; a request the closed session never sent is
+/// reported as unsent.
+async fn until_closed(
+    link: Arc<Link>,
+    ids: Arc<Mutex<Ids>>,
+    url: Uri,
+    sink: Sink,
+    id: Id,
+    method: String,
+    msg: Value,
+) {
+    if link.stop.is_cancelled() {
+        let reason = "the session ended before the request was sent".to_owned();
+        let unsent = Some(id);
+        return Link::report(&sink, Inbound::Ended { reason, unsent }).await;
+    }
+    tokio::select! {
+        _ = link.stop.cancelled() => {}
+        _ = request(&link, &ids, &url, &sink, id, &method, msg) => {}
     }
 }
 

@@ -337,8 +337,8 @@ impl Session {
     ) -> Result<Call, Error> {
         // Ids start at 1: `initialize` was 0.
         let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
-        let (events, rx) = mpsc::channel(CALL_EVENTS);
-        let (events, rx) = (EventTx(events), Events::routed(rx));
+        let (events, routed) = mpsc::channel(CALL_EVENTS);
+        let events = EventTx(events);
         let Some(direct) = &self.inner.direct else {
             self.inner
                 .cmd
@@ -351,7 +351,8 @@ impl Session {
                 }))
                 .await
                 .map_err(|_| self.closed())?;
-            return Ok(Call { id, events: rx });
+            let events = Events::routed(routed);
+            return Ok(Call { id, events });
         };
         if !self.is_alive() {
             return Err(self.closed());
@@ -382,7 +383,7 @@ impl Session {
         let (sink, own) = mpsc::channel(CALL_EVENTS);
         let pump = direct.post(id.clone(), method.to_owned(), msg, sink);
         let events = Events {
-            routed: rx.routed,
+            routed,
             own: Some(Box::new(OwnStream {
                 id: id.clone(),
                 progress,
