@@ -6,10 +6,10 @@
 //! call that sent the request reads that stream itself (`Direct`): its response and progress
 //! reach it without a detour, and the backend's requests go to the session task to be routed,
 //! so a long tool call never blocks the session. The backend's answers to our answers (202) are
-//! awaited in line, in order. One more task keeps the standalone GET stream open for pushes unrelated to a POST. A
-//! stream that ends early after giving event ids is resumed with GET + `Last-Event-ID`. A 404 on
-//! a known session means the backend forgot it: the request that saw it is reported as never
-//! delivered (so a new call can go to a new session), and the session ends.
+//! awaited in line, in order. One more task keeps the standalone GET stream open for pushes
+//! unrelated to a POST. A stream that ends early after giving event ids is resumed with GET +
+//! `Last-Event-ID`. A 404 on a known session means the backend forgot it: the request that saw it
+//! is reported as never delivered (so a new call can go to a new session), and the session ends.
 
 use super::session::{Inbound, Transport};
 use crate::config::Http as Config;
@@ -412,7 +412,7 @@ struct Direct {
 impl super::session::Direct for Direct {
     fn post(&self, id: Id, method: String, msg: Value, sink: Sink) -> BoxFuture<'static, ()> {
         let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
-        Box::pin(until_closed(link, ids, url, sink, id, method, msg))
+        Box::pin(unless_closed(link, ids, url, sink, id, method, msg))
     }
 
     fn session_queue(&self) -> &Sink {
@@ -436,11 +436,18 @@ impl Transport for StreamableHttp {
             .and_then(|v| serde_json::from_value::<Id>(v.clone()).ok());
         match (method, id) {
             (Some(method), Some(id)) => {
-                // Only `initialize` comes this way: calls send their own (`Direct`).
+                // Only `initialize` comes this way: calls send their own (`Direct`). The session's
+                // tasks end with it.
                 let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
                 let sink = link.inbound.clone();
-                self.tasks
-                    .spawn(until_closed(link, ids, url, sink, id, method, msg));
+                let stop = link.stop.clone();
+                let request = unless_closed(link, ids, url, sink, id, method, msg);
+                self.tasks.spawn(async move {
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = request => {}
+                    }
+                });
                 Ok(())
             }
             (method, _) => {
@@ -509,9 +516,12 @@ impl Transport for StreamableHttp {
     }
 }
 
-/// [`request`] for as long as the session is open; a request the closed session never sent is
-/// reported as unsent.
-async fn until_closed(
+/// [`request`], unless the session has already closed: then the backend never saw it, and it is
+/// reported unsent.
+///
+/// A call's own request runs to its verdict even if the session closes meanwhile: the backend
+/// still answers it, or refuses it (404) as unsent, and the call's deadline bounds the wait.
+async fn unless_closed(
     link: Arc<Link>,
     ids: Arc<Mutex<Ids>>,
     url: Uri,
@@ -525,10 +535,7 @@ async fn until_closed(
         let unsent = Some(id);
         return Link::report(&sink, Inbound::Ended { reason, unsent }).await;
     }
-    tokio::select! {
-        _ = link.stop.cancelled() => {}
-        _ = request(&link, &ids, &url, &sink, id, &method, msg) => {}
-    }
+    request(&link, &ids, &url, &sink, id, &method, msg).await
 }
 
 /// One request's POST and everything its answer carries.
@@ -670,14 +677,8 @@ async fn resume(
             }
         };
         if resp.status() == StatusCode::NOT_FOUND {
-            Link::report(
-                sink,
-                Inbound::Failed {
-                    id: id.clone(),
-                    reason: Failure::Gone.describe(&link.backend),
-                },
-            )
-            .await;
+            // The session is over, and the call with it: one word says both, so whoever reads
+            // it (the call or the session task) ends the session before anything else goes out.
             return Link::report(sink, Inbound::ended(Failure::Gone.describe(&link.backend))).await;
         }
         if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {

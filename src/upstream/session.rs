@@ -76,8 +76,10 @@ impl Events {
                 biased;
                 event = self.routed.recv(), if own.registered => match event {
                     // The session ended, but the call's own stream may still say how it went
-                    // (answered, or never seen by the backend and safe to send again).
-                    Some(event) if matches!(*event, CallEvent::Closed(_)) && own.pump.is_some() => {
+                    // (answered, or never seen by the backend and safe to send again): kept
+                    // until the stream is over, since a finished request's last word may still
+                    // wait in `rx`.
+                    Some(event) if matches!(*event, CallEvent::Closed(_)) && own.streaming => {
                         own.closed = Some(*event);
                         own.registered = false;
                     }
@@ -91,8 +93,13 @@ impl Events {
                         }
                     }
                     // The stream is over; the session may still route to the call.
-                    None if own.registered => return self.routed.recv().await.map(|e| *e),
-                    None => return own.closed.take(),
+                    None => {
+                        own.streaming = false;
+                        if own.registered {
+                            return self.routed.recv().await.map(|e| *e);
+                        }
+                        return own.closed.take();
+                    }
                 },
                 _ = async { own.pump.as_mut().expect("guarded").await }, if own.pump.is_some() => {
                     own.pump = None;
@@ -111,15 +118,25 @@ async fn to_session(session: &Session, inbound: Inbound) {
 
 impl Drop for OwnStream {
     /// A stream that is still open once the call is done is read to its end in the background
-    /// (briefly), so its connection can be used again; whatever else it carries is dropped.
+    /// (briefly), so its connection can be used again; the session's end is passed on, anything
+    /// else it carries is dropped.
     fn drop(&mut self) {
         let Some(pump) = self.pump.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let mut rx = std::mem::replace(&mut self.rx, mpsc::channel(1).1);
+        let session = self.session.clone();
         runtime.spawn(async move {
-            let drain = async { while rx.recv().await.is_some() {} };
+            let drain = async {
+                while let Some(inbound) = rx.recv().await {
+                    // The session's end still counts: no new call may land on it.
+                    if matches!(*inbound, Inbound::Ended { .. }) {
+                        session.inner.alive.store(false, Ordering::Release);
+                        to_session(&session, *inbound).await;
+                    }
+                }
+            };
             let _ = tokio::time::timeout(DRAIN, futures_util::future::join(pump, drain)).await;
         });
     }
@@ -137,6 +154,8 @@ struct OwnStream {
     registered: bool,
     /// The session's word that it ended, kept until the call's own stream has had its say.
     closed: Option<CallEvent>,
+    /// Whether the stream may still carry something (`rx` has not reported its end).
+    streaming: bool,
     /// Sends the request and reads its answer into `rx`; polled while the call waits for events.
     pump: Option<futures_util::future::BoxFuture<'static, ()>>,
     rx: mpsc::Receiver<Box<Inbound>>,
@@ -389,6 +408,7 @@ impl Session {
                 progress,
                 registered,
                 closed: None,
+                streaming: true,
                 pump: Some(pump),
                 rx: own,
                 session: self.clone(),
@@ -957,4 +977,75 @@ async fn send_all<T: Transport>(transport: &mut T, msgs: Vec<Value>) -> Result<(
         transport.send(msg).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::future::BoxFuture;
+    use tokio::sync::Mutex;
+
+    /// A call's own request that the backend refused as unsent (404), while the session task,
+    /// ending for the same reason, tells the call it closed: the refusal lands first, the word
+    /// from the session after the request is done.
+    #[derive(Debug)]
+    struct RefusedWhileClosing {
+        cmds: Arc<Mutex<mpsc::Receiver<Box<Cmd>>>>,
+        queue: mpsc::Sender<Box<Inbound>>,
+    }
+
+    impl Direct for RefusedWhileClosing {
+        fn post(
+            &self,
+            id: Id,
+            _method: String,
+            _msg: Value,
+            sink: mpsc::Sender<Box<Inbound>>,
+        ) -> BoxFuture<'static, ()> {
+            let cmds = self.cmds.clone();
+            Box::pin(async move {
+                let Some(cmd) = cmds.lock().await.recv().await else {
+                    panic!("the call registers before it posts");
+                };
+                let Cmd::Register { events, .. } = *cmd else {
+                    panic!("expected Register");
+                };
+                let reason = "forgot the session".to_owned();
+                let unsent = Some(id);
+                let _ = sink.send(Box::new(Inbound::Ended { reason, unsent })).await;
+                let _ = events.send(CallEvent::Closed("session ended".into())).await;
+            })
+        }
+
+        fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>> {
+            &self.queue
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_is_unsent_even_when_the_session_says_closed_first() {
+        let (cmd, cmds) = mpsc::channel(8);
+        let (queue, _session_side) = mpsc::channel(8);
+        let direct = RefusedWhileClosing {
+            cmds: Arc::new(Mutex::new(cmds)),
+            queue,
+        };
+        let info = InitInfo {
+            protocol_version: "2025-11-25".into(),
+            result: json!({}),
+            declared: Declared::default(),
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let session = Session::new(1, "b".into(), cmd, info, alive, Some(Arc::new(direct)));
+        let mut call = session
+            .request("tools/call", Some(json!({"name": "t"})), true)
+            .await
+            .expect("request");
+        let event = call.events.recv().await;
+        assert!(
+            matches!(event, Some(CallEvent::Unsent(_))),
+            "the call may be sent again: {event:?}"
+        );
+        assert!(!session.is_alive(), "no new call lands on the session");
+    }
 }
