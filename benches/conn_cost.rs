@@ -53,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         authorization: mrtr_gateway::config::Authorization::Drop,
         connect_timeout: Duration::from_secs(5),
         standalone_stream: false,
+        release_parked_streams: false,
     };
     let client = mrtr_gateway::upstream::http::client(&cfg, n + 16);
     let uri: hyper::Uri = format!("http://{addr}/mcp").parse()?;

@@ -263,6 +263,90 @@ async fn a_post_stream_closed_early_is_resumed_with_last_event_id() {
     gw.stop().await;
 }
 
+/// GETs that picked a stream up again with `Last-Event-ID`.
+fn resumed_streams(fx: &Fixture) -> Vec<Value> {
+    fx.requests()
+        .into_iter()
+        .filter(|r| r["method"] == "GET" && r["lastEventId"].is_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_parked_call_lets_a_numbered_stream_go_until_its_retry() {
+    // The backend numbers its events and never ends a POST stream early: only a gateway that
+    // let the stream go has a reason to pick it up with Last-Event-ID.
+    let fx = Fixture::http(&["--event-ids"]).await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let first = c
+        .call_tool("ask_form", json!({"message": "Who?"}), &caps)
+        .await;
+    let key = first.key_for("elicitation/create");
+    assert!(
+        resumed_streams(&fx).is_empty(),
+        "nothing resumed while parked"
+    );
+    let done = c
+        .retry_tool(
+            "ask_form",
+            json!({"message": "Who?"}),
+            &caps,
+            json!({ key: accept(json!({"name": "Ada"})) }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json(), ada());
+    let resumed = resumed_streams(&fx);
+    assert_eq!(resumed.len(), 1, "one pick-up on the retry: {resumed:#?}");
+    // The next call starts clean on the same session.
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    assert_eq!(fx.count("initialize"), 1);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_parked_call_keeps_its_stream_when_told_to() {
+    let fx = Fixture::http(&["--event-ids"]).await;
+    let gw = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "",
+        "release_parked_streams = false\n",
+    )
+    .await;
+    assert_eq!(elicit_round_trip(&gw.client()).await, ada());
+    assert!(
+        resumed_streams(&fx).is_empty(),
+        "the stream was held: {:#?}",
+        fx.requests()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_parked_call_abandoned_after_letting_its_stream_go_is_cancelled_upstream() {
+    let fx = Fixture::http(&["--event-ids"]).await;
+    let gw = gateway("http", &fx.url, &fx.log, "[state]\npark_ttl = \"1s\"\n", "").await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let first = c.call_tool("ask_form", json!({}), &caps).await;
+    first.key_for("elicitation/create");
+    fx.wait_for("the call cancelled upstream", |fx| {
+        fx.count("notifications/cancelled") == 1
+    })
+    .await;
+    // The stream is picked up again to see the backend let go, so the session is reused.
+    fx.wait_for("the stream picked up again", |fx| {
+        !resumed_streams(fx).is_empty()
+    })
+    .await;
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    assert_eq!(fx.count("initialize"), 1, "the session was reused");
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_session_the_backend_forgot_between_two_calls_is_replaced_transparently() {
     let fx = Fixture::http(&[]).await;

@@ -417,7 +417,12 @@ impl Task {
             let _ = reply
                 .send(Reply::Done(Ok(self.input_required(park, None))))
                 .await;
+            // The round is answered: the channel goes now, not when the retry brings a new one.
+            drop(reply);
             tracing::debug!(park = %park, round = self.round, asked = self.pending.len(), "call parked");
+            if self.call.events.release() {
+                tracing::debug!(park = %park, "the backend's answer stream is let go until the retry");
+            }
 
             let woke = loop {
                 tokio::select! {
@@ -449,7 +454,10 @@ impl Task {
             self.parked_since = None;
             self.parked_for += parked_at.elapsed();
             let resume = match woke {
-                Woke::Retry(resume) => *resume,
+                Woke::Retry(resume) => {
+                    self.call.events.resume();
+                    *resume
+                }
                 Woke::Abandon(reason) => {
                     self.bridge.metrics.abandoned(reason);
                     tracing::info!(park = %park, round = self.round, reason = reason.as_str(), "parked call abandoned");
@@ -857,6 +865,8 @@ impl Task {
             return; // the upstream call already ended
         }
         self.cancel_upstream(reason).await;
+        // A stream let go while parked is picked up again to see the backend let go of the call.
+        self.call.events.resume();
         let grace = tokio::time::sleep(CANCEL_GRACE);
         tokio::pin!(grace);
         loop {

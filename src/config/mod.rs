@@ -221,6 +221,9 @@ pub struct Http {
     pub connect_timeout: Duration,
     /// Streamable HTTP: keep a GET stream open per session for pushes unrelated to a POST.
     pub standalone_stream: bool,
+    /// Streamable HTTP: a parked call whose answer stream carries event ids lets it go until
+    /// the retry, and picks it up again with `Last-Event-ID`.
+    pub release_parked_streams: bool,
 }
 
 /// What reaches the backend in its `Authorization` header.
@@ -518,11 +521,16 @@ impl Config {
                     ..Default::default()
                 }),
                 "http" | "sse" => {
-                    if kind == "sse" && b.standalone_stream.is_some() {
-                        return Err(bad(
-                            field("standalone_stream"),
-                            "only for http backends (an sse backend has one stream)",
-                        ));
+                    for (name, set) in [
+                        ("standalone_stream", b.standalone_stream.is_some()),
+                        ("release_parked_streams", b.release_parked_streams.is_some()),
+                    ] {
+                        if kind == "sse" && set {
+                            return Err(bad(
+                                field(name),
+                                "only for http backends (an sse backend has one stream)",
+                            ));
+                        }
                     }
                     let http = http_backend(&field, &b, &principal)?;
                     if kind == "http" {
@@ -864,6 +872,7 @@ fn http_backend(
             Duration::from_secs(300),
         )?,
         standalone_stream: b.standalone_stream.unwrap_or(true),
+        release_parked_streams: b.release_parked_streams.unwrap_or(true),
     })
 }
 

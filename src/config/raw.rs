@@ -163,6 +163,7 @@ pub struct Backend {
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
     pub standalone_stream: Option<bool>,
+    pub release_parked_streams: Option<bool>,
     /// For `kind = "builtin"`: flags of the built-in legacy server.
     pub builtin_protocol: Option<String>,
     #[serde(default)]

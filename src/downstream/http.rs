@@ -192,7 +192,12 @@ async fn handle(
                 params,
                 meta,
                 principal,
-                authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
+                // Copied: the header shares the connection's read buffer, which a parked call
+                // would otherwise keep alive.
+                authorization: parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()),
             },
         )
     });

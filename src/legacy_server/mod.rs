@@ -95,6 +95,10 @@ pub struct HttpOptions {
     /// the client resume with `GET` + `Last-Event-ID`.
     #[arg(long)]
     pub close_post_early: bool,
+    /// Give events ids and keep them, so a client can resume a stream with `GET` +
+    /// `Last-Event-ID` (implied by `--close-post-early`).
+    #[arg(long)]
+    pub event_ids: bool,
     /// Frame every JSON body and SSE data line as a JSON array (2025-03-26 batch style).
     #[arg(long)]
     pub batch_responses: bool,
@@ -123,6 +127,7 @@ impl Default for HttpOptions {
             json_response: false,
             push_on_get: false,
             close_post_early: false,
+            event_ids: false,
             batch_responses: false,
             no_endpoint: false,
             max_sessions: 1000,

@@ -11,7 +11,7 @@
 //! `Last-Event-ID`. A 404 on a known session means the backend forgot it: the request that saw it
 //! is reported as never delivered (so a new call can go to a new session), and the session ends.
 
-use super::session::{Inbound, Transport};
+use super::session::{Inbound, Mark, Transport};
 use crate::config::Http as Config;
 use crate::jsonrpc::{self, Id, Message};
 use crate::sse::{self, DecodeError};
@@ -221,27 +221,27 @@ impl Link {
         let mut events = events(body, self.max_message);
         while let Some(event) = events.next().await {
             let event = event?;
-            if let Some(id) = event.id {
-                cursor.last_id = Some(id);
-            }
             if let Some(ms) = event.retry_ms {
                 cursor.retry = Duration::from_millis(ms).min(MAX_BACKOFF);
             }
-            if event.event != "message" || event.data.is_empty() {
-                continue;
+            if event.event == "message" && !event.data.is_empty() {
+                match jsonrpc::parse_many(event.data.as_bytes(), self.max_depth) {
+                    Ok(msgs) => {
+                        if msgs.iter().any(|m| is_response_to(m, awaited)) {
+                            cursor.answered = true;
+                        }
+                        if !Link::deliver(sink, msgs).await {
+                            return Ok(());
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(backend = %self.backend, "backend sent an SSE event that is not JSON-RPC: {e}")
+                    }
+                }
             }
-            match jsonrpc::parse_many(event.data.as_bytes(), self.max_depth) {
-                Ok(msgs) => {
-                    if msgs.iter().any(|m| is_response_to(m, awaited)) {
-                        cursor.answered = true;
-                    }
-                    if !Link::deliver(sink, msgs).await {
-                        return Ok(());
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(backend = %self.backend, "backend sent an SSE event that is not JSON-RPC: {e}")
-                }
+            // Noted once delivered: a stream picked up again from here loses nothing.
+            if let Some(id) = event.id {
+                cursor.passed(id);
             }
         }
         Ok(())
@@ -258,6 +258,17 @@ pub(crate) struct Cursor {
     pub last_id: Option<String>,
     pub retry: Duration,
     pub answered: bool,
+    /// Shares `last_id` with a call that may let the stream go while parked.
+    pub mark: Option<Mark>,
+}
+
+impl Cursor {
+    fn passed(&mut self, id: String) {
+        if let Some(mark) = &self.mark {
+            *mark.lock().expect("mark lock") = Some(id.clone());
+        }
+        self.last_id = Some(id);
+    }
 }
 
 impl Default for Cursor {
@@ -266,6 +277,7 @@ impl Default for Cursor {
             last_id: None,
             retry: Duration::from_secs(1),
             answered: false,
+            mark: None,
         }
     }
 }
@@ -345,31 +357,37 @@ struct Ids {
     version: Option<HeaderValue>,
 }
 
+/// Where a session's requests go.
+#[derive(Debug, Clone)]
+struct Endpoint {
+    link: Arc<Link>,
+    ids: Arc<Mutex<Ids>>,
+    url: Uri,
+}
+
 /// A Streamable HTTP session.
 pub(crate) struct StreamableHttp {
-    link: Arc<Link>,
-    url: Uri,
-    ids: Arc<Mutex<Ids>>,
+    ep: Endpoint,
     rx: mpsc::Receiver<Box<Inbound>>,
     tasks: TaskTracker,
     /// Whether to keep the standalone GET stream open.
     standalone: bool,
+    /// Whether a parked call may let its numbered stream go until its retry.
+    release_parked: bool,
 }
 
 impl StreamableHttp {
-    pub fn new(
-        link: Arc<Link>,
-        rx: mpsc::Receiver<Box<Inbound>>,
-        url: Uri,
-        standalone: bool,
-    ) -> StreamableHttp {
+    pub fn new(link: Arc<Link>, rx: mpsc::Receiver<Box<Inbound>>, cfg: &Config) -> StreamableHttp {
         StreamableHttp {
-            link,
-            url,
-            standalone,
-            ids: Arc::new(Mutex::new(Ids::default())),
+            ep: Endpoint {
+                link,
+                ids: Arc::new(Mutex::new(Ids::default())),
+                url: cfg.url.clone(),
+            },
             rx,
             tasks: TaskTracker::new(),
+            standalone: cfg.standalone_stream,
+            release_parked: cfg.release_parked_streams,
         }
     }
 }
@@ -404,28 +422,50 @@ fn has_session(ids: &Mutex<Ids>) -> bool {
 /// itself, so a response reaches the call without a detour through the session task.
 #[derive(Debug)]
 struct Direct {
-    link: Arc<Link>,
-    ids: Arc<Mutex<Ids>>,
-    url: Uri,
+    ep: Endpoint,
+    release_parked: bool,
 }
 
 impl super::session::Direct for Direct {
-    fn post(&self, id: Id, method: String, msg: Value, sink: Sink) -> BoxFuture<'static, ()> {
-        let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
-        Box::pin(unless_closed(link, ids, url, sink, id, method, msg))
+    fn post(
+        &self,
+        id: Id,
+        method: String,
+        msg: Value,
+        sink: Sink,
+        mark: Option<Mark>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(unless_closed(self.ep.clone(), sink, id, method, msg, mark))
+    }
+
+    fn resume(&self, id: Id, last: String, sink: Sink, mark: Mark) -> BoxFuture<'static, ()> {
+        let ep = self.ep.clone();
+        Box::pin(async move {
+            // At once: the call let the stream go itself, the backend asked for no wait.
+            let cursor = Cursor {
+                last_id: Some(last),
+                retry: Duration::ZERO,
+                answered: false,
+                mark: Some(mark),
+            };
+            resume(&ep, &sink, &id, cursor).await
+        })
+    }
+
+    fn releases_parked(&self) -> bool {
+        self.release_parked
     }
 
     fn session_queue(&self) -> &Sink {
-        &self.link.inbound
+        &self.ep.link.inbound
     }
 }
 
 impl Transport for StreamableHttp {
     fn direct(&self) -> Option<Arc<dyn super::session::Direct>> {
         Some(Arc::new(Direct {
-            link: self.link.clone(),
-            ids: self.ids.clone(),
-            url: self.url.clone(),
+            ep: self.ep.clone(),
+            release_parked: self.release_parked,
         }))
     }
 
@@ -438,10 +478,9 @@ impl Transport for StreamableHttp {
             (Some(method), Some(id)) => {
                 // Only `initialize` comes this way: calls send their own (`Direct`). The session's
                 // tasks end with it.
-                let (link, ids, url) = (self.link.clone(), self.ids.clone(), self.url.clone());
-                let sink = link.inbound.clone();
-                let stop = link.stop.clone();
-                let request = unless_closed(link, ids, url, sink, id, method, msg);
+                let sink = self.ep.link.inbound.clone();
+                let stop = self.ep.link.stop.clone();
+                let request = unless_closed(self.ep.clone(), sink, id, method, msg, None);
                 self.tasks.spawn(async move {
                     tokio::select! {
                         _ = stop.cancelled() => {}
@@ -452,32 +491,35 @@ impl Transport for StreamableHttp {
             }
             (method, _) => {
                 let resp = self
+                    .ep
                     .link
-                    .exchange(Method::POST, &self.url, post_headers(&self.ids), Some(&msg))
+                    .exchange(
+                        Method::POST,
+                        &self.ep.url,
+                        post_headers(&self.ep.ids),
+                        Some(&msg),
+                    )
                     .await;
                 let failure = match resp {
                     Ok(r) if r.status().is_success() => None,
-                    Ok(r) if r.status() == StatusCode::NOT_FOUND && has_session(&self.ids) => {
+                    Ok(r) if r.status() == StatusCode::NOT_FOUND && has_session(&self.ep.ids) => {
                         Some(Failure::Gone)
                     }
-                    Ok(r) => Some(status_failure(r, self.link.max_message).await),
+                    Ok(r) => Some(status_failure(r, self.ep.link.max_message).await),
                     Err(f) => Some(f),
                 };
                 match failure {
                     None => {
                         if method.as_deref() == Some("notifications/initialized") && self.standalone
                         {
-                            let link = self.link.clone();
-                            let ids = self.ids.clone();
-                            let url = self.url.clone();
-                            self.tasks.spawn(standalone(link, ids, url));
+                            self.tasks.spawn(standalone(self.ep.clone()));
                         }
                         Ok(())
                     }
-                    Some(Failure::Gone) => Err(Failure::Gone.describe(&self.link.backend)),
+                    Some(Failure::Gone) => Err(Failure::Gone.describe(&self.ep.link.backend)),
                     Some(f) => {
                         // The backend may be waiting for this answer; the call's deadline covers it.
-                        tracing::warn!(backend = %self.link.backend, "a message to the backend was not accepted: {}", f.describe(&self.link.backend));
+                        tracing::warn!(backend = %self.ep.link.backend, "a message to the backend was not accepted: {}", f.describe(&self.ep.link.backend));
                         Ok(())
                     }
                 }
@@ -492,16 +534,21 @@ impl Transport for StreamableHttp {
     fn ready(&mut self, version: &str) {
         // The header exists from 2025-06-18 on.
         if version >= "2025-06-18" {
-            self.ids.lock().expect("ids lock").version = HeaderValue::from_str(version).ok();
+            self.ep.ids.lock().expect("ids lock").version = HeaderValue::from_str(version).ok();
         }
     }
 
     async fn close(self) {
-        self.link.stop.cancel();
+        self.ep.link.stop.cancel();
         self.tasks.close();
-        if has_session(&self.ids) {
-            let link = self.link.clone();
-            let delete = link.exchange(Method::DELETE, &self.url, session_headers(&self.ids), None);
+        if has_session(&self.ep.ids) {
+            let link = self.ep.link.clone();
+            let delete = link.exchange(
+                Method::DELETE,
+                &self.ep.url,
+                session_headers(&self.ep.ids),
+                None,
+            );
             match tokio::time::timeout(CLOSE_TIMEOUT, delete).await {
                 Ok(Ok(r)) => {
                     tracing::debug!(backend = %link.backend, status = %r.status(), "session deleted")
@@ -522,32 +569,24 @@ impl Transport for StreamableHttp {
 /// A call's own request runs to its verdict even if the session closes meanwhile: the backend
 /// still answers it, or refuses it (404) as unsent, and the call's deadline bounds the wait.
 async fn unless_closed(
-    link: Arc<Link>,
-    ids: Arc<Mutex<Ids>>,
-    url: Uri,
+    ep: Endpoint,
     sink: Sink,
     id: Id,
     method: String,
     msg: Value,
+    mark: Option<Mark>,
 ) {
-    if link.stop.is_cancelled() {
+    if ep.link.stop.is_cancelled() {
         let reason = "the session ended before the request was sent".to_owned();
         let unsent = Some(id);
         return Link::report(&sink, Inbound::Ended { reason, unsent }).await;
     }
-    request(&link, &ids, &url, &sink, id, &method, msg).await
+    request(&ep, &sink, id, &method, msg, mark).await
 }
 
 /// One request's POST and everything its answer carries.
-async fn request(
-    link: &Link,
-    ids: &Mutex<Ids>,
-    url: &Uri,
-    sink: &Sink,
-    id: Id,
-    method: &str,
-    msg: Value,
-) {
+async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, mark: Option<Mark>) {
+    let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
     let fail = |reason: String| Inbound::Failed {
         id: id.clone(),
         reason,
@@ -566,7 +605,9 @@ async fn request(
     if method == "initialize"
         && let Some(sid) = resp.headers().get("mcp-session-id")
     {
-        ids.lock().expect("ids lock").session = Some(sid.clone());
+        // Copied: the header shares the connection's read buffer, which a session that lasts
+        // (a parked call's) would otherwise keep alive.
+        ids.lock().expect("ids lock").session = HeaderValue::from_bytes(sid.as_bytes()).ok();
     }
     let status = resp.status();
     if status == StatusCode::NOT_FOUND && known_session {
@@ -608,7 +649,10 @@ async fn request(
             }
         },
         "text/event-stream" => {
-            let mut cursor = Cursor::default();
+            let mut cursor = Cursor {
+                mark,
+                ..Cursor::default()
+            };
             // Boxed, like the other phases: a request's task holds only the phase it is in.
             if let Err(e) =
                 Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor)).await
@@ -618,7 +662,7 @@ async fn request(
                 return Link::report(sink, fail(why)).await;
             }
             if !cursor.answered {
-                Box::pin(resume(link, ids, url, sink, &id, cursor)).await;
+                Box::pin(resume(ep, sink, &id, cursor)).await;
             }
         }
         other => {
@@ -634,14 +678,8 @@ async fn request(
 
 /// A request's stream ended before its response: resume it with `Last-Event-ID` if the backend
 /// gave event ids (2025-11-25), else fail the call.
-async fn resume(
-    link: &Link,
-    ids: &Mutex<Ids>,
-    url: &Uri,
-    sink: &Sink,
-    id: &Id,
-    mut cursor: Cursor,
-) {
+async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
+    let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
     let mut attempts = 0;
     while !cursor.answered {
         let Some(last) = cursor.last_id.clone().filter(|_| attempts < MAX_RESUMES) else {
@@ -708,7 +746,8 @@ async fn resume(
 
 /// The standalone GET stream: pushes unrelated to any POST. Reopened with backoff while the
 /// session lives; a backend that offers none (405) is left alone.
-async fn standalone(link: Arc<Link>, ids: Arc<Mutex<Ids>>, url: Uri) {
+async fn standalone(ep: Endpoint) {
+    let Endpoint { link, ids, url } = ep;
     let mut cursor = Cursor::default();
     let mut backoff = Duration::from_millis(100);
     loop {

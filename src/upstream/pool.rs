@@ -306,8 +306,7 @@ impl Pool {
                 super::session::open(transport, start, shutdown, async {}).await
             }
             _ => {
-                let transport =
-                    http::StreamableHttp::new(link, rx, cfg.url.clone(), cfg.standalone_stream);
+                let transport = http::StreamableHttp::new(link, rx, cfg);
                 super::session::open(transport, start, shutdown, async {}).await
             }
         }

@@ -109,6 +109,51 @@ impl Events {
     }
 }
 
+impl Events {
+    /// Lets go of the call's answer stream while the call waits for its client, if the backend
+    /// numbers its events: the stream can then be picked up again where it stopped, and a
+    /// parked call holds no connection meanwhile. Until [`Events::resume`], only the session's
+    /// routing reaches the call. True if the stream was let go.
+    pub fn release(&mut self) -> bool {
+        let Some(own) = self.own.as_deref_mut() else {
+            return false;
+        };
+        let numbered = own
+            .mark
+            .as_ref()
+            .is_some_and(|m| m.lock().expect("mark lock").is_some());
+        // Everything the stream delivered must have been taken: what the pump still holds
+        // would be lost with it.
+        if own.released || own.pump.is_none() || !numbered || !own.rx.is_empty() {
+            return false;
+        }
+        own.pump = None;
+        own.released = true;
+        true
+    }
+
+    /// Picks the answer stream up again after [`Events::release`], from the last event the
+    /// call received.
+    pub fn resume(&mut self) {
+        let Some(own) = self.own.as_deref_mut() else {
+            return;
+        };
+        let (Some(direct), Some(mark)) = (own.session.inner.direct.clone(), own.mark.clone())
+        else {
+            return;
+        };
+        let last = mark.lock().expect("mark lock").clone();
+        let Some(last) = last.filter(|_| own.released) else {
+            return;
+        };
+        let (sink, rx) = mpsc::channel(CALL_EVENTS);
+        own.rx = rx;
+        own.streaming = true;
+        own.released = false;
+        own.pump = Some(direct.resume(own.id.clone(), last, sink, mark));
+    }
+}
+
 /// Hands the session task something a call's own stream carried, to be routed.
 async fn to_session(session: &Session, inbound: Inbound) {
     if let Some(direct) = &session.inner.direct {
@@ -156,6 +201,11 @@ struct OwnStream {
     closed: Option<CallEvent>,
     /// Whether the stream may still carry something (`rx` has not reported its end).
     streaming: bool,
+    /// The last event id the call received from its stream, when the transport may let a
+    /// parked call's stream go.
+    mark: Option<Mark>,
+    /// The stream was let go while the call is parked ([`Events::release`]).
+    released: bool,
     /// Sends the request and reads its answer into `rx`; polled while the call waits for events.
     pump: Option<futures_util::future::BoxFuture<'static, ()>>,
     rx: mpsc::Receiver<Box<Inbound>>,
@@ -400,7 +450,8 @@ impl Session {
         }
         .to_value();
         let (sink, own) = mpsc::channel(CALL_EVENTS);
-        let pump = direct.post(id.clone(), method.to_owned(), msg, sink);
+        let mark = direct.releases_parked().then(Mark::default);
+        let pump = direct.post(id.clone(), method.to_owned(), msg, sink, mark.clone());
         let events = Events {
             routed,
             own: Some(Box::new(OwnStream {
@@ -409,6 +460,8 @@ impl Session {
                 registered,
                 closed: None,
                 streaming: true,
+                mark,
+                released: false,
                 pump: Some(pump),
                 rx: own,
                 session: self.clone(),
@@ -721,17 +774,32 @@ pub(crate) trait Transport: Send + 'static {
     fn close(self) -> impl Future<Output = ()> + Send;
 }
 
+/// Where a call's own answer stream got to: the id of the last event it delivered, if the
+/// backend numbers its events.
+pub(crate) type Mark = Arc<std::sync::Mutex<Option<String>>>;
+
 /// Requests sent by the calls themselves (Streamable HTTP: one POST and answer stream each).
 pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
-    /// Sends `msg` and delivers everything its answer carries to `sink`, until the answer is
-    /// complete or the session closes.
+    /// Sends `msg` and delivers everything its answer carries to `sink`, noting in `mark` the
+    /// last event delivered, until the answer is complete.
     fn post(
         &self,
         id: Id,
         method: String,
         msg: Value,
         sink: mpsc::Sender<Box<Inbound>>,
+        mark: Option<Mark>,
     ) -> futures_util::future::BoxFuture<'static, ()>;
+    /// Picks up request `id`'s answer stream after event `last`, as [`Direct::post`] reads it.
+    fn resume(
+        &self,
+        id: Id,
+        last: String,
+        sink: mpsc::Sender<Box<Inbound>>,
+        mark: Mark,
+    ) -> futures_util::future::BoxFuture<'static, ()>;
+    /// Whether a parked call may let its stream go and pick it up again later.
+    fn releases_parked(&self) -> bool;
     /// The session task's queue, for what a call's stream carries that is not the call's.
     fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>>;
 }
@@ -1001,6 +1069,7 @@ mod tests {
             _method: String,
             _msg: Value,
             sink: mpsc::Sender<Box<Inbound>>,
+            _mark: Option<Mark>,
         ) -> BoxFuture<'static, ()> {
             let cmds = self.cmds.clone();
             Box::pin(async move {
@@ -1015,6 +1084,20 @@ mod tests {
                 let _ = sink.send(Box::new(Inbound::Ended { reason, unsent })).await;
                 let _ = events.send(CallEvent::Closed("session ended".into())).await;
             })
+        }
+
+        fn resume(
+            &self,
+            _id: Id,
+            _last: String,
+            _sink: mpsc::Sender<Box<Inbound>>,
+            _mark: Mark,
+        ) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+
+        fn releases_parked(&self) -> bool {
+            false
         }
 
         fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>> {

@@ -327,7 +327,8 @@ impl Server {
         let policy = Policy {
             json_response: self.mode == Mode::Streamable && http.json_response,
             push_on_get: http.push_on_get,
-            resumable: self.mode == Mode::Streamable && http.close_post_early,
+            resumable: self.mode == Mode::Streamable && (http.close_post_early || http.event_ids),
+            close_early: self.mode == Mode::Streamable && http.close_post_early,
             batch: self.mode == Mode::Streamable && http.batch_responses,
             limit: http.max_queued_events,
         };

@@ -30,9 +30,10 @@ pub(super) struct Policy {
     pub json_response: bool,
     /// Server requests always go on the GET stream.
     pub push_on_get: bool,
-    /// Events carry ids and are kept for replay; a POST stream ends after its first server
-    /// request and the client must resume it with a GET.
+    /// Events carry ids and are kept for replay, so a client can resume a stream with a GET.
     pub resumable: bool,
+    /// A POST stream ends after its first server request and the client must resume it.
+    pub close_early: bool,
     /// Every SSE data line holds a JSON array.
     pub batch: bool,
     /// Bound of each backlog, of the replay buffer and of each connection's channel.
@@ -330,7 +331,10 @@ impl Streams {
             }
             return;
         }
-        if resumable && server_request && matches!(stream.kind, Kind::Sse { resumed: false }) {
+        if self.policy.close_early
+            && server_request
+            && matches!(stream.kind, Kind::Sse { resumed: false })
+        {
             // End the POST stream so the client has to resume it with a GET.
             stream.carrier = None;
         }
@@ -398,6 +402,7 @@ mod tests {
             json_response: false,
             push_on_get: false,
             resumable: false,
+            close_early: false,
             batch: false,
             limit: 8,
         }
@@ -464,6 +469,7 @@ mod tests {
     fn close_post_early_resumes_on_get_with_the_rest() {
         let mut s = Streams::new(Policy {
             resumable: true,
+            close_early: true,
             ..policy()
         });
         let mut post = open_sse(&mut s, &["1"]);
