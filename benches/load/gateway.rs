@@ -89,9 +89,9 @@ pub struct HttpFixture {
 }
 
 impl HttpFixture {
-    /// Starts `legacy-server --http 127.0.0.1:0` and reads the URL it announces (the first
-    /// stdout line holding `http://`).
-    pub async fn start(exe: &Path, dir: &Path) -> anyhow::Result<HttpFixture> {
+    /// Starts `legacy-server --http 127.0.0.1:0` (with `--event-ids` if `numbered`) and reads
+    /// the URL it announces (the first stdout line holding `http://`).
+    pub async fn start(exe: &Path, dir: &Path, numbered: bool) -> anyhow::Result<HttpFixture> {
         let mut cmd = Command::new(exe);
         // Each parked call holds a session and two connections (its POST stream, the GET stream).
         cmd.args(["legacy-server", "--http", "127.0.0.1:0"]).args([
@@ -100,6 +100,9 @@ impl HttpFixture {
             "--max-connections",
             "50000",
         ]);
+        if numbered {
+            cmd.arg("--event-ids");
+        }
         let mut proc = Proc::spawn(cmd, &dir.join("fixture.stderr"))?;
         let out = proc.child.stdout.take().context("stdout taken")?;
         let mut lines = BufReader::new(out).lines();

@@ -188,6 +188,12 @@ pub struct Results {
     pub baseline_rss_kib: u64,
     pub memory: Vec<MemoryPoint>,
     pub limit: Limit,
+    /// (c) again with a backend that numbers its events, so parked calls let their streams go
+    /// (HTTP backend only; empty in results from before it was measured).
+    #[serde(default)]
+    pub released_baseline_rss_kib: u64,
+    #[serde(default)]
+    pub memory_released: Vec<MemoryPoint>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -516,7 +522,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let max_parked = *park_counts.iter().max().context("--park is empty")?;
     let fixture = match args.backend {
         BackendKind::Stdio => None,
-        BackendKind::Http => Some(HttpFixture::start(exe, &dir).await?),
+        BackendKind::Http => Some(HttpFixture::start(exe, &dir, false).await?),
     };
     let fixture_url = fixture.as_ref().map(|f| f.url.as_str());
     let warmup = Duration::from_secs_f64(args.warmup);
@@ -611,26 +617,8 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     // (c) and (d): memory per parked call, then the limit.
     settle().await;
     let baseline_rss_kib = gw.rss_kib()?;
-    let mut memory = Vec::new();
-    let mut parked = 0;
-    for &count in &park_counts {
-        eprintln!("(c) parking up to {count}");
-        let (p, r) = park(&gw.url, count - parked, 32).await?;
-        if r > 0 {
-            bail!("{r} calls refused below max_parked_total");
-        }
-        parked += p;
-        settle().await;
-        let rss = gw.rss_kib()?;
-        let (children, children_rss_kib) = gw.children_rss_kib();
-        memory.push(MemoryPoint {
-            parked,
-            gateway_rss_kib: rss,
-            per_call_kib: (rss.saturating_sub(baseline_rss_kib)) as f64 / parked as f64,
-            children,
-            children_rss_kib,
-        });
-    }
+    let memory = parked_memory(&gw, baseline_rss_kib, &park_counts).await?;
+    let parked = memory.last().map_or(0, |m| m.parked);
     eprintln!(
         "(d) {} more past max_parked_total = {max_parked}",
         args.beyond
@@ -646,11 +634,31 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         rss_at_limit_kib,
         rss_after_refusals_kib: gw.rss_kib()?,
     };
-    let loadavg_after = gateway::loadavg();
     gw.proc.stop(Duration::from_secs(20)).await;
     if let Some(f) = fixture {
         f.proc.stop(Duration::from_secs(5)).await;
     }
+
+    // (c) again, against a backend that numbers its events: parked calls let their streams go.
+    let (released_baseline_rss_kib, memory_released) = match args.backend {
+        BackendKind::Stdio => (0, Vec::new()),
+        BackendKind::Http => {
+            let fixture = HttpFixture::start(exe, &dir, true).await?;
+            let gw = Gateway::start(exe, &dir, args.backend, Some(&fixture.url), &settings).await?;
+            eprintln!(
+                "(c) with event ids: gateway at {} (pid {})",
+                gw.url, gw.proc.pid
+            );
+            gateway_rounds(&gw.url, 20).await?;
+            settle().await;
+            let baseline = gw.rss_kib()?;
+            let memory = parked_memory(&gw, baseline, &park_counts).await?;
+            gw.proc.stop(Duration::from_secs(20)).await;
+            fixture.proc.stop(Duration::from_secs(5)).await;
+            (baseline, memory)
+        }
+    };
+    let loadavg_after = gateway::loadavg();
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Results {
         date,
@@ -675,7 +683,38 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         baseline_rss_kib,
         memory,
         limit,
+        released_baseline_rss_kib,
+        memory_released,
     })
+}
+
+/// (c): parks `ask_form` calls on `gw` up to each count and reads its RSS against `baseline`.
+async fn parked_memory(
+    gw: &Gateway,
+    baseline: u64,
+    counts: &[usize],
+) -> anyhow::Result<Vec<MemoryPoint>> {
+    let mut memory = Vec::new();
+    let mut parked = 0;
+    for &count in counts {
+        eprintln!("(c) parking up to {count}");
+        let (p, r) = park(&gw.url, count - parked, 32).await?;
+        if r > 0 {
+            bail!("{r} calls refused below max_parked_total");
+        }
+        parked += p;
+        settle().await;
+        let rss = gw.rss_kib()?;
+        let (children, children_rss_kib) = gw.children_rss_kib();
+        memory.push(MemoryPoint {
+            parked,
+            gateway_rss_kib: rss,
+            per_call_kib: (rss.saturating_sub(baseline)) as f64 / parked as f64,
+            children,
+            children_rss_kib,
+        });
+    }
+    Ok(memory)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

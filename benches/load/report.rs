@@ -213,6 +213,15 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
             m.parked, r.backend, m.per_call_kib
         );
     }
+    for m in &r.memory_released {
+        let _ = writeln!(
+            s,
+            "| (c) the same, backend numbers its events (streams let go while parked) | {:.1} KiB at {} parked | ≤ 16 KiB | {} |",
+            m.per_call_kib,
+            m.parked,
+            met(m.per_call_kib <= 16.0)
+        );
+    }
     if stdio {
         let _ = writeln!(
             s,
@@ -284,6 +293,21 @@ process): {line}.\n"
             m.children_rss_kib as f64 / m.children.max(1) as f64
         );
     }
+    if !r.memory_released.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nWith a backend that numbers its events (`legacy-server --event-ids`), on a second \
+gateway (RSS {} KiB before parking):\n\n| parked | gateway RSS | per parked call |\n|---|---|---|",
+            r.released_baseline_rss_kib
+        );
+        for m in &r.memory_released {
+            let _ = writeln!(
+                s,
+                "| {} | {} KiB | {:.1} KiB |",
+                m.parked, m.gateway_rss_kib, m.per_call_kib
+            );
+        }
+    }
 
     let _ = writeln!(
         s,
@@ -317,11 +341,13 @@ state, writing the answer upstream, the backend finishing the tool, and the repl
 `ask_form`, receive the `elicitation/create` push, time from writing the answer to reading the \
 tool's result: the backend's own time for a pushed request's answer. \"Added\" is the \
 difference of the two percentiles.\n\
-- (c) A fresh gateway (`pool_max` and `max_parked_*` raised, anonymous principal) gets one echo \
-and one full MRTR round as warm-up; then its `VmRSS` from `/proc/PID/status` is read, `ask_form` \
-calls are parked over 32 connections up to each count, and after 0.8 s to settle RSS is read \
-again: per call = (RSS − RSS before) / parked. Only the gateway process is counted; with stdio \
-backends each parked call also holds one child process, listed separately.\n\
+- (c) After (a) and (b), with the gateway idle (`pool_max` and `max_parked_*` raised, \
+anonymous principal), its `VmRSS` from `/proc/PID/status` is read, `ask_form` calls are parked \
+over 32 connections up to each count, and after 0.8 s to settle RSS is read again: per call = \
+(RSS − RSS before) / parked. Only the gateway process is counted; with stdio backends each \
+parked call also holds one child process, listed separately. With the HTTP backend, (c) is then \
+repeated on a second gateway (20 MRTR rounds as warm-up) in front of a fixture started with \
+`--event-ids`, whose streams can be resumed, so parked calls let them go.\n\
 - (d) With `max_parked_total` at the last count, {beyond} more calls are attempted; they must be \
 refused (-32000); RSS is read again after them.\n",
         rate = r.rate,
@@ -418,23 +444,33 @@ free, up to `pool_max`, rather than letting them share the one being started).",
             let _ = writeln!(
                 s,
                 "- (c) With an HTTP backend a parked call holds an upstream session but no process: \
-the session task and its routing state, the Streamable HTTP transport, the call's still-open \
-POST event stream and its connection, the call's task with its channels, and the park entry. \
-The gateway held {:.1} KiB per call at {} parked, against 16 KiB: missed. The largest single \
-part is the connection: a hyper client connection holding an open streamed response costs about \
-22 KiB of resident memory by itself (the conn_cost figure under \"Memory detail\", which also \
-counts its small test server; `heaptrack` shows where): its request queue allocates room for 32 \
-requests up front (about 9 KiB), its header write buffer is 8 KiB, the read buffer is fixed at \
-4 KiB here, plus the connection's task. So 16 KiB cannot be met while each parked call holds its \
-own hyper client connection, and a parked call needs that connection: the backend will send the \
-tool's result on it. The other ~30 KiB are \
-the session task and transport, the `initialize` result each session keeps, the call's task and \
-its channels. Boxing each phase of a call (a future is as large as its largest state), boxing the \
-messages of the call's channels (a tokio channel allocates room for 32 up front) and fixing the \
-upstream read buffer at 4 KiB brought it from 71.4 KiB to about 51 KiB. Without \
-`--no-standalone-stream` each session also keeps its standalone GET stream: a second connection \
-per parked call.",
-                m.per_call_kib, m.parked,
+the session task and its routing state, the Streamable HTTP transport, the call's task with its \
+channels, the park entry and, unless the backend numbers its events, the call's still-open POST \
+event stream and its connection. Holding the stream, the gateway held {:.1} KiB per call at {} \
+parked, against 16 KiB: missed. The largest part is the connection: a hyper client connection \
+holding an open streamed response costs about 22 KiB of resident memory by itself (the conn_cost \
+figure under \"Memory detail\", which also counts its small test server; `heaptrack` shows \
+where): its request queue allocates room for 32 requests up front (about 9 KiB), its header \
+write buffer is 8 KiB, the read buffer is fixed at 4 KiB here, plus the connection's task. A \
+parked call needs that connection while the backend may send the tool's result only on it. \
+When the backend numbers its events (SSE `id:`, so the stream can be resumed), the gateway lets \
+the stream go as it parks the call and picks it up with `Last-Event-ID` on the retry: {} \
+(second table). What is left, by `heaptrack` of 1,000 parked calls: the call's task future \
+(about 4 KiB), the session's task, transport and channels (about 8 KiB), the input request kept \
+for the round as a `serde_json` value (about 3 KiB: its B-tree maps are large for small \
+objects), the call's parameters and metadata, and the tokio channels (each allocates room for 32 \
+messages up front). Earlier steps: boxing each phase of a call, boxing the messages of the \
+call's channels and fixing the upstream read buffer at 4 KiB (71.4 to about 51 KiB); copying \
+the backend's session id out of the connection's read buffer (the header shared it, keeping \
+4 KiB alive per session) and dropping a round's reply channel once it is answered (about 7 KiB \
+more). Without `--no-standalone-stream` each session also keeps its standalone GET stream: a \
+second connection per parked call.",
+                m.per_call_kib,
+                m.parked,
+                r.memory_released.last().map_or_else(
+                    || "not measured in this run".to_owned(),
+                    |l| format!("{:.1} KiB per call at {} parked", l.per_call_kib, l.parked)
+                ),
             );
         }
     }
