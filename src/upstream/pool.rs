@@ -51,6 +51,7 @@ pub struct Pool {
     client: Option<http::Client>,
     /// The session tasks (each closes its connection and reaps its child before it ends).
     sessions: tokio_util::task::TaskTracker,
+    init_results: super::session::InitResults,
     metrics: PoolMetrics,
 }
 
@@ -108,6 +109,7 @@ impl Pool {
         let pool = Arc::new(Pool {
             client,
             sessions: tokio_util::task::TaskTracker::new(),
+            init_results: Default::default(),
             backend,
             limits,
             rules,
@@ -226,6 +228,7 @@ impl Pool {
             rules: self.rules.clone(),
             authorization: want.authorization.cloned(),
             tasks: self.sessions.clone(),
+            init_results: self.init_results.clone(),
         };
         let started = match &self.backend.transport {
             Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,

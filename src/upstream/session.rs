@@ -300,7 +300,8 @@ impl EventTx {
 #[derive(Debug, Clone)]
 pub struct InitInfo {
     pub protocol_version: String,
-    pub result: Value,
+    /// Shared with the backend's other sessions that got the same one ([`InitResults`]).
+    pub result: Arc<Value>,
     /// The client capabilities this session declared, as far as its version carries them.
     pub declared: Declared,
 }
@@ -804,6 +805,23 @@ pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
     fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>>;
 }
 
+/// The last `initialize` result of one backend's sessions. Sessions of a backend almost always
+/// get the same one, and each parked call keeps a session: they share one copy.
+#[derive(Debug, Default, Clone)]
+pub struct InitResults(Arc<std::sync::Mutex<Option<Arc<Value>>>>);
+
+impl InitResults {
+    fn share(&self, result: Value) -> Arc<Value> {
+        let mut last = self.0.lock().expect("init results lock");
+        if let Some(known) = last.as_ref().filter(|known| ***known == result) {
+            return known.clone();
+        }
+        let result = Arc::new(result);
+        *last = Some(result.clone());
+        result
+    }
+}
+
 static SESSION_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Everything a new session needs to know.
@@ -822,6 +840,7 @@ pub struct Start {
     pub authorization: Option<http::HeaderValue>,
     /// Owns the session task, so shutdown can wait until every session has closed.
     pub tasks: tokio_util::task::TaskTracker,
+    pub init_results: InitResults,
 }
 
 /// Runs `initialize` over `transport` and starts the task that owns the session; `on_exit` runs
@@ -916,7 +935,7 @@ where
     let declared = start.declared.at_version(&version);
     let info = InitInfo {
         protocol_version: version,
-        result,
+        result: start.init_results.share(result),
         declared,
     };
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
@@ -1105,6 +1124,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn sessions_share_an_initialize_result_they_all_got() {
+        let results = InitResults::default();
+        let a = results.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
+        let b = results.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
+        assert!(Arc::ptr_eq(&a, &b), "one copy for the same result");
+        let c = results.share(json!({"serverInfo": {"name": "s", "version": "2"}}));
+        assert_eq!(
+            c["serverInfo"]["version"], "2",
+            "a new result is kept as it is"
+        );
+        assert_eq!(
+            a["serverInfo"]["version"], "1",
+            "an older session keeps its own"
+        );
+    }
+
     #[tokio::test]
     async fn a_refused_request_is_unsent_even_when_the_session_says_closed_first() {
         let (cmd, cmds) = mpsc::channel(8);
@@ -1115,7 +1151,7 @@ mod tests {
         };
         let info = InitInfo {
             protocol_version: "2025-11-25".into(),
-            result: json!({}),
+            result: Arc::new(json!({})),
             declared: Declared::default(),
         };
         let alive = Arc::new(AtomicBool::new(true));
