@@ -140,11 +140,17 @@ async fn over_http(fx: &Fixture) -> Gateway {
 
 /// One elicitation round trip; returns the tool's JSON answer.
 async fn elicit_round_trip(c: &Client) -> Value {
+    elicit_round_trip_with(c, || {}).await
+}
+
+/// [`elicit_round_trip`], running `while_parked` between the first request and the retry.
+async fn elicit_round_trip_with(c: &Client, while_parked: impl FnOnce()) -> Value {
     let caps = json!({"elicitation": {}});
     let first = c
         .call_tool("ask_form", json!({"message": "Who?"}), &caps)
         .await;
     let key = first.key_for("elicitation/create");
+    while_parked();
     assert_eq!(
         first.result()["inputRequests"][&key]["params"]["message"],
         "Who?"
@@ -278,25 +284,13 @@ async fn a_parked_call_lets_a_numbered_stream_go_until_its_retry() {
     let fx = Fixture::http(&["--event-ids"]).await;
     let gw = over_http(&fx).await;
     let c = gw.client();
-    let caps = json!({"elicitation": {}});
-    let first = c
-        .call_tool("ask_form", json!({"message": "Who?"}), &caps)
-        .await;
-    let key = first.key_for("elicitation/create");
-    assert!(
-        resumed_streams(&fx).is_empty(),
-        "nothing resumed while parked"
-    );
-    let done = c
-        .retry_tool(
-            "ask_form",
-            json!({"message": "Who?"}),
-            &caps,
-            json!({ key: accept(json!({"name": "Ada"})) }),
-            &first.state(),
+    let parked = || {
+        assert!(
+            resumed_streams(&fx).is_empty(),
+            "nothing resumed while parked"
         )
-        .await;
-    assert_eq!(done.tool_json(), ada());
+    };
+    assert_eq!(elicit_round_trip_with(&c, parked).await, ada());
     let resumed = resumed_streams(&fx);
     assert_eq!(resumed.len(), 1, "one pick-up on the retry: {resumed:#?}");
     // The next call starts clean on the same session.
