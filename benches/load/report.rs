@@ -403,7 +403,8 @@ two CPUs with other work (load average above). The p99 is that wait at its worst
         "- (b) A resume round costs the gateway one HTTP exchange with the client, opening the \
 state ({}), digesting the request, a hand-over to the parked call's task, writing the answer \
 upstream (a POST the backend answers with 202), reading the tool's result from the call's own \
-still-open POST stream, and the reply. The CPU work is a few microseconds (one whole round of \
+still-open POST stream (with a backend that numbers its events, from the stream picked up again \
+by a GET sent alongside the answer; not timed here), and the reply. The CPU work is a few microseconds (one whole round of \
 translate, seal, build and serialize is {}); the latency is hand-overs between tasks and the \
 threads they wake. An `strace` of one retry shows the sequence: the retry is read on one worker, \
 the answer POST is written from the other after a futex wake-up, the 202 and the result come \
@@ -463,7 +464,8 @@ messages up front). Earlier steps: boxing each phase of a call, boxing the messa
 call's channels and fixing the upstream read buffer at 4 KiB (71.4 to about 51 KiB); copying \
 the backend's session id out of the connection's read buffer (the header shared it, keeping \
 4 KiB alive per session) and dropping a round's reply channel once it is answered (about 7 KiB \
-more). Without `--no-standalone-stream` each session also keeps its standalone GET stream: a \
+more); one shared copy of the `initialize` result for a backend's sessions that all got the same \
+(about 2 KiB more). Without `--no-standalone-stream` each session also keeps its standalone GET stream: a \
 second connection per parked call.",
                 m.per_call_kib,
                 m.parked,
@@ -494,7 +496,8 @@ processes; `benches/run.sh` measures 10,000 on the HTTP fixture."
             "Memory per call stayed flat from the first count to the last, so it is bounded by \
 the count. The ceiling on this machine is descriptors: the container allows 20,000 open files per \
 process, and each parked call holds one upstream connection (two with the standalone GET \
-stream), so a gateway holds about 19,000 parked calls here (about 9,500 with the GET stream)."
+stream), so a gateway holds about 19,000 parked calls here (about 9,500 with the GET stream). \
+A backend that numbers its events lifts that ceiling: its parked calls hold no connection."
         },
         vm = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" hypervisor")) {
             " The CPU reports the `hypervisor` flag: this is a virtual machine, where waking an \
