@@ -336,6 +336,8 @@ async fn a_parked_call_abandoned_after_letting_its_stream_go_is_cancelled_upstre
         !resumed_streams(fx).is_empty()
     })
     .await;
+    fx.wait_for("the abandoned call let go", |_| gw.parked() == 0)
+        .await;
     assert_eq!(elicit_round_trip(&c).await, ada());
     assert_eq!(fx.count("initialize"), 1, "the session was reused");
     gw.stop().await;

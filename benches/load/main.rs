@@ -66,6 +66,10 @@ struct Args {
     /// connection instead of two (10,000 parked calls then fit in 20,000 descriptors).
     #[arg(long)]
     no_standalone_stream: bool,
+    /// HTTP backend: the fixture numbers its events (`legacy-server --event-ids`) for (a), (b)
+    /// and the first (c), so parked calls let their streams go and a retry picks one up.
+    #[arg(long)]
+    event_ids: bool,
     /// Calls attempted past `max_parked_total` in (d).
     #[arg(long, default_value_t = 40)]
     beyond: usize,
@@ -522,7 +526,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let max_parked = *park_counts.iter().max().context("--park is empty")?;
     let fixture = match args.backend {
         BackendKind::Stdio => None,
-        BackendKind::Http => Some(HttpFixture::start(exe, &dir, false).await?),
+        BackendKind::Http => Some(HttpFixture::start(exe, &dir, args.event_ids).await?),
     };
     let fixture_url = fixture.as_ref().map(|f| f.url.as_str());
     let warmup = Duration::from_secs_f64(args.warmup);

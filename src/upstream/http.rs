@@ -698,7 +698,10 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
             .await;
         };
         attempts += 1;
-        tokio::time::sleep(cursor.retry).await;
+        // A zero wait is skipped, not slept: the timer would still round it up to its next tick.
+        if !cursor.retry.is_zero() {
+            tokio::time::sleep(cursor.retry).await;
+        }
         let mut headers = session_headers(ids);
         headers.insert(
             header::ACCEPT,

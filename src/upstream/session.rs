@@ -123,8 +123,10 @@ impl Events {
             .as_ref()
             .is_some_and(|m| m.lock().expect("mark lock").is_some());
         // Everything the stream delivered must have been taken: what the pump still holds
-        // would be lost with it.
-        if own.released || own.pump.is_none() || !numbered || !own.rx.is_empty() {
+        // would be lost with it. And the session must still route to the call (it has not
+        // ended), or nothing would reach the call until the retry.
+        if own.released || own.pump.is_none() || !own.registered || !numbered || !own.rx.is_empty()
+        {
             return false;
         }
         own.pump = None;
