@@ -34,7 +34,24 @@ struct Pending {
     /// The backend's request id; `None` for URL elicitations from a -32042 error.
     upstream: Option<Id>,
     kind: Kind,
-    request: Value,
+    /// The input request as the client sees it, kept as JSON text: a parked call holds it for
+    /// its whole wait, and the text is a fraction of the size of a `serde_json` value.
+    request: Box<str>,
+}
+
+impl Pending {
+    fn new(upstream: Option<Id>, kind: Kind, request: &Value) -> Pending {
+        Pending {
+            upstream,
+            kind,
+            request: request.to_string().into_boxed_str(),
+        }
+    }
+
+    fn request(&self) -> Value {
+        // Written from a `Value` by `new`, so it reads back.
+        serde_json::from_str(&self.request).unwrap_or(Value::Null)
+    }
 }
 
 /// Why driving stopped.
@@ -206,7 +223,8 @@ async fn begin(
         replay: run,
         bridge,
     };
-    task.run(reply).await;
+    // Boxed: an async fn's by-value `self` is kept twice in its future.
+    Box::new(task).run(reply).await;
 }
 
 async fn resume(
@@ -336,7 +354,7 @@ fn now_ms() -> u64 {
 }
 
 impl Task {
-    async fn run(mut self, mut reply: mpsc::Sender<Reply>) {
+    async fn run(mut self: Box<Self>, mut reply: mpsc::Sender<Reply>) {
         let mut entry: Option<Entry> = None;
         // Boxed: a channel allocates room for 32 messages up front, and a parked call keeps it.
         let (resume_tx, mut resume_rx) = mpsc::channel::<Box<Resume>>(4);
@@ -620,22 +638,14 @@ impl Task {
                 Ok(None)
             }
             Match::Ask(key) => {
-                let pending = Pending {
-                    upstream: Some(id),
-                    kind,
-                    request,
-                };
+                let pending = Pending::new(Some(id), kind, &request);
                 self.pending.insert(key, pending);
                 Ok(None)
             }
             Match::Mismatch => {
                 tracing::warn!(backend = %self.lease.session().backend(), %method, round = self.round, "replayed call: the backend asked for input the transcript does not hold, before using its answers; refused");
                 // Answered as a client that walked away would, when the call is abandoned.
-                let pending = Pending {
-                    upstream: Some(id),
-                    kind,
-                    request,
-                };
+                let pending = Pending::new(Some(id), kind, &request);
                 self.pending.insert("mismatch".into(), pending);
                 Err(replay::mismatch())
             }
@@ -655,7 +665,7 @@ impl Task {
             turns.push(Turn {
                 key: key.clone(),
                 method: pending.kind.method().to_owned(),
-                ask: replay::ask_digest(&pending.request),
+                ask: replay::ask_digest(&pending.request()),
                 answer: None,
             });
         }
@@ -691,14 +701,8 @@ impl Task {
         let key = format!("{}-{}", kind.as_str(), self.next_key);
         let request = input::to_input_request(kind, params.as_ref());
         self.bridge.metrics.input_request(kind.into());
-        self.pending.insert(
-            key,
-            Pending {
-                upstream: Some(id),
-                kind,
-                request,
-            },
-        );
+        self.pending
+            .insert(key, Pending::new(Some(id), kind, &request));
         true
     }
 
@@ -724,14 +728,8 @@ impl Task {
             let key = format!("elicitation-{}", self.next_key);
             let request = input::to_input_request(Kind::Elicitation, Some(&params));
             self.bridge.metrics.input_request(Kind::Elicitation.into());
-            self.pending.insert(
-                key,
-                Pending {
-                    upstream: None,
-                    kind: Kind::Elicitation,
-                    request,
-                },
-            );
+            self.pending
+                .insert(key, Pending::new(None, Kind::Elicitation, &request));
         }
         self.reissue = true;
         Step::Park
@@ -817,8 +815,10 @@ impl Task {
             },
             replay,
         };
+        let requests: Vec<(&String, Value)> =
+            self.pending.iter().map(|(k, p)| (k, p.request())).collect();
         input::input_required_result(
-            self.pending.iter().map(|(k, p)| (k, &p.request)),
+            requests.iter().map(|(k, v)| (*k, v)),
             self.bridge.keys.seal(&claims),
         )
     }

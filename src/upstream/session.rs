@@ -88,7 +88,9 @@ impl Events {
                 },
                 inbound = own.rx.recv() => match inbound {
                     Some(inbound) => {
-                        if let Some(event) = own.take(*inbound).await {
+                        // Boxed: the call's future would otherwise keep room for it while
+                        // it waits, parked, for anything else.
+                        if let Some(event) = Box::pin(own.take(*inbound)).await {
                             return Some(event);
                         }
                     }
