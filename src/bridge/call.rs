@@ -18,6 +18,7 @@ use crate::protocol::input::{self, Kind};
 use crate::protocol::meta::RequestMeta;
 use crate::seal::{Claims, Digest, ParkId, Transcript, Turn};
 use crate::upstream::{CallEvent, Lease};
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,7 +67,9 @@ enum Step {
 struct Task {
     bridge: Arc<Bridge>,
     method: String,
-    params: Map<String, Value>,
+    /// The client's params as JSON text: needed again only if the call is sent again, and a
+    /// parked call holds them for its whole wait.
+    params: Box<str>,
     principal: Digest,
     digest: Digest,
     meta: RequestMeta,
@@ -107,23 +110,25 @@ enum Woke {
     Abandon(AbandonReason),
 }
 
-/// Serves one MRTR-capable request: a fresh call, or a retry of a parked one.
-pub(super) async fn serve(
+/// Serves one MRTR-capable request: a fresh call, or a retry of a parked one. The phase is
+/// chosen before anything runs and each is its own boxed future, so the task spawned for the
+/// request is only that phase: a parked call's task holds its call and nothing more.
+pub(super) fn serve(
     bridge: Arc<Bridge>,
     backend: usize,
     req: Request,
     reply: mpsc::Sender<Reply>,
     hop: bool,
-) {
+) -> BoxFuture<'static, ()> {
     let state = req.params.get("requestState").cloned();
     let responses = req.params.get("inputResponses").cloned();
     match (state, responses) {
-        // Each phase is boxed: a future is as large as its largest state, and a parked call's
-        // task should hold only what parking needs, not room for a forwarded retry or a drive.
         (Some(state), responses) => {
-            Box::pin(resume(&bridge, backend, req, state, responses, reply, hop)).await
+            Box::pin(
+                async move { resume(&bridge, backend, req, state, responses, reply, hop).await },
+            )
         }
-        (None, Some(_)) => {
+        (None, Some(_)) => Box::pin(async move {
             bridge
                 .metrics
                 .retry(RetryResult::Rejected, RetryReason::InvalidResponses);
@@ -132,8 +137,8 @@ pub(super) async fn serve(
                 "inputResponses needs the requestState it answers",
             );
             let _ = reply.send(Reply::Done(Err(e))).await;
-        }
-        (None, None) => Box::pin(start(bridge, backend, req, reply)).await,
+        }),
+        (None, None) => Box::pin(start(bridge, backend, req, reply)),
     }
 }
 
@@ -202,7 +207,7 @@ async fn begin(
     let task = Task {
         digest: Bridge::request_digest(&req.method, &req.params),
         method: req.method,
-        params: req.params,
+        params: Value::Object(req.params).to_string().into_boxed_str(),
         principal: req.principal,
         meta: req.meta,
         // What the backend may push is bounded by both this request and what its session carries.
@@ -507,20 +512,27 @@ impl Task {
             }
             if self.reissue && self.pending.is_empty() {
                 self.reissue = false;
-                let params = upstream_params(&self.params, &self.meta);
-                match self
-                    .lease
-                    .session()
-                    .request(&self.method, Some(params), true)
-                    .await
-                {
+                let sent = match self.params() {
+                    Ok(params) => self
+                        .lease
+                        .session()
+                        .request(
+                            &self.method,
+                            Some(upstream_params(&params, &self.meta)),
+                            true,
+                        )
+                        .await
+                        .map_err(|e| upstream_error(&e)),
+                    Err(e) => Err(e),
+                };
+                match sent {
                     Ok(call) => {
                         self.call = call;
                         self.sent = Instant::now();
                         self.parked_for = Duration::ZERO;
                     }
                     Err(e) => {
-                        let _ = reply.send(Reply::Done(Err(upstream_error(&e)))).await;
+                        let _ = reply.send(Reply::Done(Err(e))).await;
                         return;
                     }
                 }
@@ -596,11 +608,21 @@ impl Task {
         }
     }
 
+    /// The client's params, read back from their text.
+    fn params(&self) -> Result<Map<String, Value>, ErrorObject> {
+        serde_json::from_str(&self.params).map_err(|e| {
+            ErrorObject::new(
+                jsonrpc::INTERNAL_ERROR,
+                format!("the call's params could not be read back: {e}"),
+            )
+        })
+    }
+
     /// Sends the call again on a fresh session of the same backend.
     async fn issue_again(&mut self) -> Result<(), ErrorObject> {
         let req = Request {
             method: self.method.clone(),
-            params: self.params.clone(),
+            params: self.params()?,
             meta: self.meta.clone(),
             principal: self.principal,
             authorization: self.authorization.clone(),

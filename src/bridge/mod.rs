@@ -17,6 +17,7 @@ use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest, KeyRing};
 use crate::upstream::{self, Pool, PoolKey};
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,21 +183,25 @@ impl Bridge {
     pub fn handle(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
         let bridge = self.clone();
-        // The work runs in the caller's span (the downstream request), so its logs carry it.
-        let task = async move {
+        // Chosen here, so the spawned task is the work itself and holds nothing else.
+        let task: BoxFuture<'static, ()> =
             if bridge.is_draining() && !req.params.contains_key("requestState") {
-                let e = ErrorObject::new(
-                    jsonrpc::BACKEND_BUSY,
-                    "the gateway is shutting down: send the request to another replica",
-                );
-                let _ = tx.send(Reply::Done(Err(e))).await;
+                Box::pin(async move {
+                    let e = ErrorObject::new(
+                        jsonrpc::BACKEND_BUSY,
+                        "the gateway is shutting down: send the request to another replica",
+                    );
+                    let _ = tx.send(Reply::Done(Err(e))).await;
+                })
             } else if protocol::is_mrtr_method(&req.method) {
-                Box::pin(call::serve(bridge, backend, req, tx, false)).await;
+                call::serve(bridge, backend, req, tx, false)
             } else {
-                let outcome = Box::pin(bridge.plain(backend, req)).await;
-                let _ = tx.send(Reply::Done(outcome)).await;
-            }
-        };
+                Box::pin(async move {
+                    let outcome = bridge.plain(backend, req).await;
+                    let _ = tx.send(Reply::Done(outcome)).await;
+                })
+            };
+        // The work runs in the caller's span (the downstream request), so its logs carry it.
         self.tasks.spawn(task.instrument(tracing::Span::current()));
         rx
     }
@@ -204,8 +209,7 @@ impl Bridge {
     /// Serves a retry forwarded by another replica; it is never forwarded again.
     pub fn handle_hop(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
-        let bridge = self.clone();
-        let task = async move { call::serve(bridge, backend, req, tx, true).await };
+        let task = call::serve(self.clone(), backend, req, tx, true);
         self.tasks.spawn(task.instrument(tracing::Span::current()));
         rx
     }
