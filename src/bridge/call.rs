@@ -20,7 +20,6 @@ use crate::seal::{Claims, Digest, ParkId, Transcript, Turn};
 use crate::upstream::{CallEvent, Lease};
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
@@ -80,7 +79,9 @@ struct Task {
     authorization: Option<http::HeaderValue>,
     /// The request was sent again after its first session turned out to be gone.
     resent: bool,
-    pending: BTreeMap<String, Pending>,
+    /// By key, in the order asked (a list: a parked call holds it, and a map's first node is
+    /// sized for eleven).
+    pending: Vec<(String, Pending)>,
     next_key: u32,
     round: u32,
     /// The call ended with -32042: once the URL elicitations are answered, issue it again.
@@ -217,7 +218,7 @@ async fn begin(
         backend,
         authorization: req.authorization,
         resent: false,
-        pending: BTreeMap::new(),
+        pending: Vec::new(),
         next_key,
         round,
         reissue: false,
@@ -433,7 +434,7 @@ impl Task {
             let deadline = parked_at + self.bridge.config.state.park_ttl;
             self.round += 1;
             self.parked_since = Some(parked_at);
-            let asked: Vec<String> = self.pending.keys().cloned().collect();
+            let asked: Vec<String> = self.pending.iter().map(|(k, _)| k.clone()).collect();
             let span = tracing::Span::current();
             span.record("park", tracing::field::display(park));
             span.record("round", self.round);
@@ -661,14 +662,14 @@ impl Task {
             }
             Match::Ask(key) => {
                 let pending = Pending::new(Some(id), kind, &request);
-                self.pending.insert(key, pending);
+                self.pending.push((key, pending));
                 Ok(None)
             }
             Match::Mismatch => {
                 tracing::warn!(backend = %self.lease.session().backend(), %method, round = self.round, "replayed call: the backend asked for input the transcript does not hold, before using its answers; refused");
                 // Answered as a client that walked away would, when the call is abandoned.
                 let pending = Pending::new(Some(id), kind, &request);
-                self.pending.insert("mismatch".into(), pending);
+                self.pending.push(("mismatch".into(), pending));
                 Err(replay::mismatch())
             }
         }
@@ -724,7 +725,7 @@ impl Task {
         let request = input::to_input_request(kind, params.as_ref());
         self.bridge.metrics.input_request(kind.into());
         self.pending
-            .insert(key, Pending::new(Some(id), kind, &request));
+            .push((key, Pending::new(Some(id), kind, &request)));
         true
     }
 
@@ -751,7 +752,7 @@ impl Task {
             let request = input::to_input_request(Kind::Elicitation, Some(&params));
             self.bridge.metrics.input_request(Kind::Elicitation.into());
             self.pending
-                .insert(key, Pending::new(None, Kind::Elicitation, &request));
+                .push((key, Pending::new(None, Kind::Elicitation, &request)));
         }
         self.reissue = true;
         Step::Park
@@ -766,14 +767,11 @@ impl Task {
                 })?;
             }
         }
-        let answered: Vec<String> = self
-            .pending
-            .keys()
-            .filter(|k| resume.responses.contains_key(*k))
-            .cloned()
-            .collect();
-        for key in answered {
-            let pending = self.pending.remove(&key).expect("present");
+        let (answered, missing) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(k, _)| resume.responses.contains_key(k));
+        self.pending = missing;
+        for (key, pending) in answered {
             if let Some(id) = pending.upstream {
                 let answer = input::to_legacy_result(&resume.responses[&key]);
                 let _ = self.lease.session().respond(id, Ok(answer)).await;
@@ -829,7 +827,7 @@ impl Task {
             request: self.digest,
             round: self.round,
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
-            outstanding: self.pending.keys().cloned().collect(),
+            outstanding: self.pending.iter().map(|(k, _)| k.clone()).collect(),
             // A replayed call has no owner to reach.
             owner_addr: match replay {
                 None => self.bridge.advertise().map(str::to_owned),
