@@ -456,16 +456,21 @@ write buffer is 8 KiB, the read buffer is fixed at 4 KiB here, plus the connecti
 parked call needs that connection while the backend may send the tool's result only on it. \
 When the backend numbers its events (SSE `id:`, so the stream can be resumed), the gateway lets \
 the stream go as it parks the call and picks it up with `Last-Event-ID` on the retry: {} \
-(second table). What is left, by `heaptrack` of 1,000 parked calls: the call's task future \
-(about 4 KiB), the session's task, transport and channels (about 8 KiB), the input request kept \
-for the round as a `serde_json` value (about 3 KiB: its B-tree maps are large for small \
-objects), the call's parameters and metadata, and the tokio channels (each allocates room for 32 \
-messages up front). Earlier steps: boxing each phase of a call, boxing the messages of the \
-call's channels and fixing the upstream read buffer at 4 KiB (71.4 to about 51 KiB); copying \
-the backend's session id out of the connection's read buffer (the header shared it, keeping \
-4 KiB alive per session) and dropping a round's reply channel once it is answered (about 7 KiB \
-more); one shared copy of the `initialize` result for a backend's sessions that all got the same \
-(about 2 KiB more). Without `--no-standalone-stream` each session also keeps its standalone GET stream: a \
+(second table), against the same 16 KiB. What is left, by `heaptrack` of 1,000 parked calls \
+with their streams let go (14.4 KiB of heap each): the call's task future (about 2.5 KiB), \
+the session's task future (about 2.3 KiB), the tokio task cells, the call's own and the \
+session's channels (about 0.75 KiB each: a tokio channel allocates room for 32 messages up \
+front), the session's transport and link, the client's `_meta` (capabilities as a `serde_json` \
+map) and the park entry. Steps that got it here: boxing each phase of a call, boxing the \
+messages of the call's channels and fixing the upstream read buffer at 4 KiB (71.4 to about 51 \
+KiB); copying the backend's session id out of the connection's read buffer (the header shared \
+it, keeping 4 KiB alive per session) and dropping a round's reply channel once it is answered \
+(about 7 KiB); one shared copy of the `initialize` result for a backend's sessions (about 2 \
+KiB); letting a numbered stream go while parked (its connection, about 22 KiB); and keeping the \
+call's task once instead of twice in its future, the pending input requests and the client's \
+params as JSON text instead of `serde_json` values, and spawning a request's phase as the task \
+itself instead of inside two wrappers that each kept a copy of the request (about 8 KiB). \
+Without `--no-standalone-stream` each session also keeps its standalone GET stream: a \
 second connection per parked call.",
                 m.per_call_kib,
                 m.parked,
