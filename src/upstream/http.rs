@@ -199,16 +199,6 @@ impl Link {
         })
     }
 
-    /// Hands messages to `sink`; false once nobody listens.
-    pub async fn deliver(sink: &Sink, msgs: Vec<Message>) -> bool {
-        for msg in msgs {
-            if sink.send(Box::new(Inbound::Message(msg))).await.is_err() {
-                return false;
-            }
-        }
-        true
-    }
-
     /// Pumps an SSE body into the session task until it ends, recording in `cursor` where the
     /// stream got to (last event id, `retry`) and whether the response to `awaited` went by.
     pub async fn pump(
@@ -230,7 +220,7 @@ impl Link {
                         if msgs.iter().any(|m| is_response_to(m, awaited)) {
                             cursor.answered = true;
                         }
-                        if !Link::deliver(sink, msgs).await {
+                        if !deliver(sink, msgs).await {
                             return Ok(());
                         }
                     }
@@ -246,10 +236,21 @@ impl Link {
         }
         Ok(())
     }
+}
 
-    pub(crate) async fn report(sink: &Sink, inbound: Inbound) {
-        let _ = sink.send(Box::new(inbound)).await;
+/// Hands messages to `sink`; false once nobody listens.
+pub(crate) async fn deliver(sink: &Sink, msgs: Vec<Message>) -> bool {
+    for msg in msgs {
+        if sink.send(Box::new(Inbound::Message(msg))).await.is_err() {
+            return false;
+        }
     }
+    true
+}
+
+/// Hands one thing the backend said (or a failure) to `sink`, whether or not anyone listens.
+pub(crate) async fn report(sink: &Sink, inbound: Inbound) {
+    let _ = sink.send(Box::new(inbound)).await;
 }
 
 /// Where a stream got to, for resuming it.
@@ -579,7 +580,7 @@ async fn unless_closed(
     if ep.link.stop.is_cancelled() {
         let reason = "the session ended before the request was sent".to_owned();
         let unsent = Some(id);
-        return Link::report(&sink, Inbound::Ended { reason, unsent }).await;
+        return report(&sink, Inbound::Ended { reason, unsent }).await;
     }
     request(&ep, &sink, id, &method, msg, mark).await
 }
@@ -599,7 +600,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
         Ok(r) => r,
         Err(f) => {
             tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-            return Link::report(sink, fail(f.describe(&link.backend))).await;
+            return report(sink, fail(f.describe(&link.backend))).await;
         }
     };
     if method == "initialize"
@@ -611,7 +612,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
     }
     let status = resp.status();
     if status == StatusCode::NOT_FOUND && known_session {
-        return Link::report(
+        return report(
             sink,
             Inbound::Ended {
                 reason: Failure::Gone.describe(&link.backend),
@@ -626,14 +627,14 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
     if !status.is_success() {
         let f = Box::pin(status_failure(resp, link.max_message)).await;
         tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-        return Link::report(sink, fail(f.describe(&link.backend))).await;
+        return report(sink, fail(f.describe(&link.backend))).await;
     }
     match content_type(&resp).as_str() {
         "application/json" => match Box::pin(link.read_json(resp.into_body())).await {
             Ok(msgs) => {
                 let answered = msgs.iter().any(|m| is_response_to(m, Some(&id)));
-                if Link::deliver(sink, msgs).await && !answered {
-                    Link::report(
+                if deliver(sink, msgs).await && !answered {
+                    report(
                         sink,
                         fail(format!(
                             "backend `{}` answered without a response to the request",
@@ -645,7 +646,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
             }
             Err(f) => {
                 tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-                Link::report(sink, fail(f.describe(&link.backend))).await;
+                report(sink, fail(f.describe(&link.backend))).await;
             }
         },
         "text/event-stream" => {
@@ -659,7 +660,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
             {
                 let why = format!("backend `{}` sent {e}", link.backend);
                 tracing::warn!(backend = %link.backend, %method, "{why}");
-                return Link::report(sink, fail(why)).await;
+                return report(sink, fail(why)).await;
             }
             if !cursor.answered {
                 Box::pin(resume(ep, sink, &id, cursor)).await;
@@ -671,7 +672,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %method, "{why}");
-            Link::report(sink, fail(why)).await;
+            report(sink, fail(why)).await;
         }
     }
 }
@@ -688,7 +689,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %id, "{why}");
-            return Link::report(
+            return report(
                 sink,
                 Inbound::Failed {
                     id: id.clone(),
@@ -720,7 +721,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         if resp.status() == StatusCode::NOT_FOUND {
             // The session is over, and the call with it: one word says both, so whoever reads
             // it (the call or the session task) ends the session before anything else goes out.
-            return Link::report(sink, Inbound::ended(Failure::Gone.describe(&link.backend))).await;
+            return report(sink, Inbound::ended(Failure::Gone.describe(&link.backend))).await;
         }
         if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {
             tracing::debug!(backend = %link.backend, status = %resp.status(), "resuming a stream was refused");
@@ -732,7 +733,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
             .await
         {
             let why = format!("backend `{}` sent {e}", link.backend);
-            return Link::report(
+            return report(
                 sink,
                 Inbound::Failed {
                     id: id.clone(),
@@ -776,7 +777,7 @@ async fn standalone(ep: Endpoint) {
                 return;
             }
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
-                return Link::report(
+                return report(
                     &link.inbound,
                     Inbound::ended(Failure::Gone.describe(&link.backend)),
                 )

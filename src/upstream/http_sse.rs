@@ -4,7 +4,7 @@
 //! pool starts (and initializes) a new one for the next call.
 
 use super::Error;
-use super::http::{Link, content_type, status_failure};
+use super::http::{Link, content_type, deliver, report, status_failure};
 use super::session::{Inbound, Transport};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
@@ -81,7 +81,7 @@ impl HttpSse {
                 Err(e) => format!("backend `{}` sent {e}", pump_link.backend),
             };
             tracing::warn!(backend = %pump_link.backend, "{reason}");
-            Link::report(&pump_link.inbound, Inbound::ended(reason)).await;
+            report(&pump_link.inbound, Inbound::ended(reason)).await;
         });
         Ok(HttpSse {
             link,
@@ -106,7 +106,7 @@ async fn pump_events(
         }
         match crate::jsonrpc::parse_many(event.data.as_bytes(), link.max_depth) {
             Ok(msgs) => {
-                if !Link::deliver(&link.inbound, msgs).await {
+                if !deliver(&link.inbound, msgs).await {
                     return Ok(());
                 }
             }
@@ -169,7 +169,7 @@ impl Transport for HttpSse {
             // Reported from outside: this task is the queue's only reader.
             let link = self.link.clone();
             tokio::spawn(async move {
-                Link::report(&link.inbound, Inbound::Failed { id, reason: why }).await;
+                report(&link.inbound, Inbound::Failed { id, reason: why }).await;
             });
         }
         Ok(())
