@@ -109,9 +109,7 @@ impl Events {
             }
         }
     }
-}
 
-impl Events {
     /// Lets go of the call's answer stream while the call waits for its client, if the backend
     /// numbers its events: the stream can then be picked up again where it stopped, and a
     /// parked call holds no connection meanwhile. Until [`Events::resume`], only the session's
@@ -146,8 +144,10 @@ impl Events {
         else {
             return;
         };
-        let last = mark.lock().expect("mark lock").clone();
-        let Some(last) = last.filter(|_| own.released) else {
+        if !own.released {
+            return;
+        }
+        let Some(last) = mark.lock().expect("mark lock").clone() else {
             return;
         };
         let (sink, rx) = mpsc::channel(CALL_EVENTS);
@@ -165,6 +165,14 @@ async fn to_session(session: &Session, inbound: Inbound) {
     }
 }
 
+/// A call's own stream said the session is over: it is dead before anyone hears of it (so a
+/// call sent again never lands on it), and the session task is told.
+async fn session_ended(session: &Session, reason: String) {
+    session.inner.alive.store(false, Ordering::Release);
+    let unsent = None;
+    to_session(session, Inbound::Ended { reason, unsent }).await;
+}
+
 impl Drop for OwnStream {
     /// A stream that is still open once the call is done is read to its end in the background
     /// (briefly), so its connection can be used again; the session's end is passed on, anything
@@ -180,9 +188,8 @@ impl Drop for OwnStream {
             let drain = async {
                 while let Some(inbound) = rx.recv().await {
                     // The session's end still counts: no new call may land on it.
-                    if matches!(*inbound, Inbound::Ended { .. }) {
-                        session.inner.alive.store(false, Ordering::Release);
-                        to_session(&session, *inbound).await;
+                    if let Inbound::Ended { reason, .. } = *inbound {
+                        session_ended(&session, reason).await;
                     }
                 }
             };
@@ -252,21 +259,12 @@ impl OwnStream {
                 Some(CallEvent::Closed(reason))
             }
             Inbound::Ended { reason, unsent } => {
-                // Dead before the call hears of it, so a call sent again never lands here.
-                self.session.inner.alive.store(false, Ordering::Release);
                 let event = if unsent.as_ref().is_some_and(mine) {
                     CallEvent::Unsent(reason.clone())
                 } else {
                     CallEvent::Closed(reason.clone())
                 };
-                to_session(
-                    &self.session,
-                    Inbound::Ended {
-                        reason,
-                        unsent: None,
-                    },
-                )
-                .await;
+                session_ended(&self.session, reason).await;
                 self.finish();
                 Some(event)
             }
@@ -985,11 +983,7 @@ async fn run<T: Transport>(
                     let msg = match *cmd {
                         Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
                         Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
-                        Cmd::Request { events, .. } => {
-                            events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
-                            continue;
-                        }
-                        Cmd::Register { events, .. } => {
+                        Cmd::Request { events, .. } | Cmd::Register { events, .. } => {
                             events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
                             continue;
                         }
