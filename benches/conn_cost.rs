@@ -8,25 +8,18 @@
 //!
 //!     cargo bench --bench conn_cost -- 2000
 
+#[path = "shared/rss.rs"]
+mod rss;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use rss::rss_kib;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 const STREAM_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
 transfer-encoding: chunked\r\n\r\n20\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":1}\n\n\r\n";
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -64,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
         // The first 16 warm up the runtime, the allocator and the client.
         if i == 16 {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            before = rss_kib();
+            before = rss_kib("self")?;
         }
         let req = hyper::Request::post(uri.clone())
             .header("content-type", "application/json")
@@ -74,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
         open.push(resp);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = rss_kib();
+    let after = rss_kib("self")?;
     println!(
         "{n} open streamed responses: VmRSS {before} KiB -> {after} KiB, {:.1} KiB per connection",
         (after.saturating_sub(before)) as f64 / n as f64

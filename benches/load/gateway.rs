@@ -2,6 +2,7 @@
 //! fixture legacy server it fronts (a child of the gateway for stdio, a child of this harness for
 //! HTTP), and what `/proc` says about their memory.
 
+use crate::rss::rss_kib;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -211,16 +212,6 @@ idle_timeout = "10m"
             .filter_map(|pid| rss_kib(pid).ok())
             .fold((0, 0), |(n, sum), kib| (n + 1, sum + kib))
     }
-}
-
-/// `VmRSS` of a process, in KiB.
-pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS")
 }
 
 /// Pids whose parent is `parent`, from `/proc/*/stat`.

@@ -17,6 +17,8 @@ mod gateway;
 mod legacy;
 mod modern;
 mod report;
+#[path = "../shared/rss.rs"]
+mod rss;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;

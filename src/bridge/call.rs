@@ -434,7 +434,7 @@ impl Task {
             let deadline = parked_at + self.bridge.config.state.park_ttl;
             self.round += 1;
             self.parked_since = Some(parked_at);
-            let asked: Vec<String> = self.pending.iter().map(|(k, _)| k.clone()).collect();
+            let asked = self.pending_keys();
             let span = tracing::Span::current();
             span.record("park", tracing::field::display(park));
             span.record("round", self.round);
@@ -607,6 +607,11 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// The keys of the input requests still waiting for an answer, in the order asked.
+    fn pending_keys(&self) -> Vec<String> {
+        self.pending.iter().map(|(k, _)| k.clone()).collect()
     }
 
     /// The client's params, read back from their text.
@@ -827,7 +832,7 @@ impl Task {
             request: self.digest,
             round: self.round,
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
-            outstanding: self.pending.iter().map(|(k, _)| k.clone()).collect(),
+            outstanding: self.pending_keys(),
             // A replayed call has no owner to reach.
             owner_addr: match replay {
                 None => self.bridge.advertise().map(str::to_owned),
