@@ -419,6 +419,28 @@ fn has_session(ids: &Mutex<Ids>) -> bool {
     ids.lock().expect("ids lock").session.is_some()
 }
 
+/// POSTs a message that opens no answer stream (a response to the backend's request, or a
+/// notification). An error means the session is gone; any other refusal is logged, since the
+/// backend may be waiting for the message and the call's deadline covers that.
+async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
+    let resp = ep
+        .link
+        .exchange(Method::POST, &ep.url, post_headers(&ep.ids), Some(msg))
+        .await;
+    let failure = match resp {
+        Ok(r) if r.status().is_success() => return Ok(()),
+        Ok(r) if r.status() == StatusCode::NOT_FOUND && has_session(&ep.ids) => Failure::Gone,
+        Ok(r) => status_failure(r, ep.link.max_message).await,
+        Err(f) => f,
+    };
+    let backend = &ep.link.backend;
+    if matches!(failure, Failure::Gone) {
+        return Err(failure.describe(backend));
+    }
+    tracing::warn!(%backend, "a message to the backend was not accepted: {}", failure.describe(backend));
+    Ok(())
+}
+
 /// The calls' own way to the backend: each call POSTs its request and reads the answer stream
 /// itself, so a response reaches the call without a detour through the session task.
 #[derive(Debug)]
@@ -451,6 +473,11 @@ impl super::session::Direct for Direct {
             };
             resume(&ep, &sink, &id, cursor).await
         })
+    }
+
+    fn send(&self, msg: Value) -> BoxFuture<'static, Result<(), String>> {
+        let ep = self.ep.clone();
+        Box::pin(async move { send_one_way(&ep, &msg).await })
     }
 
     fn releases_parked(&self) -> bool {
@@ -491,39 +518,11 @@ impl Transport for StreamableHttp {
                 Ok(())
             }
             (method, _) => {
-                let resp = self
-                    .ep
-                    .link
-                    .exchange(
-                        Method::POST,
-                        &self.ep.url,
-                        post_headers(&self.ep.ids),
-                        Some(&msg),
-                    )
-                    .await;
-                let failure = match resp {
-                    Ok(r) if r.status().is_success() => None,
-                    Ok(r) if r.status() == StatusCode::NOT_FOUND && has_session(&self.ep.ids) => {
-                        Some(Failure::Gone)
-                    }
-                    Ok(r) => Some(status_failure(r, self.ep.link.max_message).await),
-                    Err(f) => Some(f),
-                };
-                match failure {
-                    None => {
-                        if method.as_deref() == Some("notifications/initialized") && self.standalone
-                        {
-                            self.tasks.spawn(standalone(self.ep.clone()));
-                        }
-                        Ok(())
-                    }
-                    Some(Failure::Gone) => Err(Failure::Gone.describe(&self.ep.link.backend)),
-                    Some(f) => {
-                        // The backend may be waiting for this answer; the call's deadline covers it.
-                        tracing::warn!(backend = %self.ep.link.backend, "a message to the backend was not accepted: {}", f.describe(&self.ep.link.backend));
-                        Ok(())
-                    }
+                send_one_way(&self.ep, &msg).await?;
+                if method.as_deref() == Some("notifications/initialized") && self.standalone {
+                    self.tasks.spawn(standalone(self.ep.clone()));
                 }
+                Ok(())
             }
         }
     }

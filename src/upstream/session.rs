@@ -475,6 +475,10 @@ impl Session {
 
     /// Answers a server request.
     pub async fn respond(&self, id: Id, outcome: Result<Value, ErrorObject>) -> Result<(), Error> {
+        if let Some(direct) = &self.inner.direct {
+            let msg = crate::jsonrpc::response(Some(&id), outcome);
+            return self.send_direct(direct, msg).await;
+        }
         self.inner
             .cmd
             .send(Box::new(Cmd::Respond { id, outcome }))
@@ -483,14 +487,32 @@ impl Session {
     }
 
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
+        let method = method.to_owned();
+        if let Some(direct) = &self.inner.direct {
+            let msg = Message::Notification { method, params }.to_value();
+            return self.send_direct(direct, msg).await;
+        }
         self.inner
             .cmd
-            .send(Box::new(Cmd::Notify {
-                method: method.to_owned(),
-                params,
-            }))
+            .send(Box::new(Cmd::Notify { method, params }))
             .await
             .map_err(|_| self.closed())
+    }
+
+    /// Sends a one-way message from the caller's own task, when the transport lets calls send
+    /// (no hand-over to the session task on the way). A session the backend no longer knows
+    /// ends here as it would in the session task.
+    async fn send_direct(&self, direct: &Arc<dyn Direct>, msg: Value) -> Result<(), Error> {
+        if !self.is_alive() {
+            return Err(self.closed());
+        }
+        match direct.send(msg).await {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                session_ended(self, reason).await;
+                Err(self.closed())
+            }
+        }
     }
 
     /// Stops routing events for a call (it finished or was abandoned). Never blocks.
@@ -801,6 +823,9 @@ pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
         sink: mpsc::Sender<Box<Inbound>>,
         mark: Mark,
     ) -> futures_util::future::BoxFuture<'static, ()>;
+    /// Sends a message that opens no answer stream (an answer to the backend, a notification)
+    /// straight from the caller. An error means the session is gone.
+    fn send(&self, msg: Value) -> futures_util::future::BoxFuture<'static, Result<(), String>>;
     /// Whether a parked call may let its stream go and pick it up again later.
     fn releases_parked(&self) -> bool;
     /// The session task's queue, for what a call's stream carries that is not the call's.
@@ -1111,6 +1136,10 @@ mod tests {
             _mark: Mark,
         ) -> BoxFuture<'static, ()> {
             Box::pin(async {})
+        }
+
+        fn send(&self, _msg: Value) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
         }
 
         fn releases_parked(&self) -> bool {
