@@ -36,7 +36,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, stderr_to: &Path) -> anyhow::Result<Proc> {
+    pub fn spawn(mut cmd: Command, stderr_to: &Path) -> anyhow::Result<Proc> {
         let log = std::fs::File::create(stderr_to)?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -49,7 +49,7 @@ impl Proc {
 
     /// Reads stdout until a line starts with `prefix`; returns the rest of that line. The rest of
     /// stdout is drained in the background so the child never blocks on a full pipe.
-    async fn announced(&mut self, prefix: &str) -> anyhow::Result<String> {
+    pub async fn announced(&mut self, prefix: &str) -> anyhow::Result<String> {
         let out = self.child.stdout.take().context("stdout taken")?;
         let mut lines = BufReader::new(out).lines();
         let found = tokio::time::timeout(Duration::from_secs(30), async {

@@ -6,6 +6,10 @@
 //!   fixture directly; latency p50/p99 and throughput of both, and what the gateway adds;
 //! - (b) one MRTR round: time from sending the retry to receiving the reply, against the
 //!   backend's own time from receiving the answer to a pushed request to sending its result;
+//!   and, where `perf` may trace the gateway, the same round split inside the gateway from its
+//!   own system calls (`split.rs`);
+//! - for an HTTP backend, (a) and (b) of the direct client again through a byte relay
+//!   (`relay.rs`): what one more process on the path costs before any work;
 //! - (c) gateway memory (VmRSS of the gateway process only) per parked call;
 //! - (d) the most parked calls held: park up to `max_parked_total`, then show further calls are
 //!   refused and memory stays where it was.
@@ -16,9 +20,11 @@
 mod gateway;
 mod legacy;
 mod modern;
+mod relay;
 mod report;
 #[path = "../shared/rss.rs"]
 mod rss;
+mod split;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
@@ -27,9 +33,11 @@ use gateway::{BackendKind, Gateway, HttpFixture, Sched, Settings};
 use hdrhistogram::Histogram;
 use legacy::Legacy;
 use modern::Conn;
+use relay::Relay;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,6 +100,9 @@ struct Args {
     /// The gateway binary (default: the one cargo built with this harness).
     #[arg(long, default_value = env!("CARGO_BIN_EXE_mrtr-gateway"))]
     gateway: PathBuf,
+    /// Run as the byte relay in front of this address instead (the harness starts it so).
+    #[arg(long, hide = true)]
+    relay_to: Option<SocketAddr>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -200,6 +211,24 @@ pub struct Results {
     pub released_baseline_rss_kib: u64,
     #[serde(default)]
     pub memory_released: Vec<MemoryPoint>,
+    /// (a) and (b) of the direct client again, through a byte relay in the gateway's place (HTTP
+    /// backend only; its CPU is counted as the gateway's).
+    #[serde(default)]
+    pub relay: Option<Relayed>,
+    /// (b) split inside the gateway from its own system calls ([`split`]), or why it was not.
+    #[serde(default)]
+    pub resume_split: Option<split::Split>,
+    #[serde(default)]
+    pub resume_split_missing: Option<String>,
+}
+
+/// The direct client's figures through a byte relay: the floor under what any proxy adds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Relayed {
+    pub load: Load,
+    pub cpu: Cpu,
+    pub resume: Latency,
+    pub resume_cpu: Cpu,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -551,6 +580,16 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     };
     let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
     eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);
+    // HTTP backend: a second direct client, through a byte relay in the gateway's place.
+    let relay = match &fixture {
+        Some(f) => Some(Relay::start(&dir, &f.url).await?),
+        None => None,
+    };
+    let mut relayed = match (&relay, &fixture) {
+        (Some(r), Some(f)) => Some(Legacy::http(&r.url, f.proc.pid).await?),
+        _ => None,
+    };
+    let relay_pid: Vec<u32> = relay.iter().map(|r| r.proc.pid).collect();
     let gw_pid = [gw.proc.pid];
     let direct_pid = [backend.pid];
     // The backend's processes behind the gateway: its stdio children, or the HTTP fixture.
@@ -564,15 +603,37 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     // (b): rounds in alternating chunks.
     eprintln!("(b) {} rounds each way, in {slices} slices", args.rounds);
     let (mut resume_direct, mut resume_gateway) = (Side::new(), Side::new());
+    let mut resume_relay = Side::new();
     for k in 0..slices {
         let n = args.rounds / slices + usize::from(k < args.rounds % slices);
         let (h, g, b) = metered(&[], || direct_pid.to_vec(), direct_rounds(&mut backend, n)).await;
         resume_direct.add(&h?, 0.0, n as u64, g, b);
+        if let Some(relayed) = relayed.as_mut() {
+            let rounds = direct_rounds(relayed, n);
+            let (h, g, b) = metered(&relay_pid, || direct_pid.to_vec(), rounds).await;
+            resume_relay.add(&h?, 0.0, n as u64, g, b);
+        }
         let (h, g, b) = metered(&gw_pid, gw_backend, gateway_rounds(&gw.url, n)).await;
         resume_gateway.add(&h?, 0.0, n as u64, g, b);
     }
     progress("(b) direct", &Latency::of(&resume_direct.slices.hist));
     progress("(b) gateway", &Latency::of(&resume_gateway.slices.hist));
+    eprintln!("(b) {} more rounds, traced with perf", args.rounds);
+    let traced = async {
+        gateway_rounds(&gw.url, args.rounds).await?;
+        Ok(())
+    };
+    let (resume_split, resume_split_missing) = match split::measure(gw.proc.pid, &dir, traced).await
+    {
+        Ok(s) => {
+            progress("(b) inside the gateway, its own part", &s.gateway);
+            (Some(s), None)
+        }
+        Err(why) => {
+            eprintln!("(b) not split inside the gateway: {why}");
+            (None, Some(why))
+        }
+    };
 
     // (a): open-loop slices, alternating.
     eprintln!(
@@ -580,11 +641,16 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         args.rate, args.duration
     );
     let shared = Arc::new(backend);
-    let mut direct_callers: Vec<DirectEcho> = (0..args.connections)
-        .map(|_| DirectEcho {
-            backend: shared.clone(),
-        })
-        .collect();
+    let shared_relayed = relayed.map(Arc::new);
+    let callers_of = |backend: &Arc<Legacy>| -> Vec<DirectEcho> {
+        (0..args.connections)
+            .map(|_| DirectEcho {
+                backend: backend.clone(),
+            })
+            .collect()
+    };
+    let mut direct_callers = callers_of(&shared);
+    let mut relay_callers = shared_relayed.as_ref().map(callers_of);
     let mut gw_callers = Vec::new();
     for _ in 0..args.connections {
         gw_callers.push(GatewayEcho {
@@ -594,6 +660,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     }
     let slice_time = measure / slices as u32;
     let (mut direct, mut through) = (Side::new(), Side::new());
+    let mut via_relay = Side::new();
     for _ in 0..slices {
         let ((s, c), g, b) = metered(
             &[],
@@ -603,6 +670,16 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         .await;
         direct_callers = c;
         direct.add_slice(s, g, b);
+        if let Some(callers) = relay_callers.take() {
+            let ((s, c), g, b) = metered(
+                &relay_pid,
+                || direct_pid.to_vec(),
+                open_loop(callers, args.rate, warmup, slice_time),
+            )
+            .await;
+            relay_callers = Some(c);
+            via_relay.add_slice(s, g, b);
+        }
         let ((s, c), g, b) = metered(
             &gw_pid,
             gw_backend,
@@ -617,8 +694,25 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     progress("(a) gateway", &through_load.latency);
     drop(direct_callers);
     drop(gw_callers);
-    let backend = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
-    backend.stop().await;
+    drop(relay_callers);
+    let relayed = relay.as_ref().map(|_| Relayed {
+        load: via_relay.load(),
+        cpu: via_relay.cpu(),
+        resume: Latency::of(&resume_relay.slices.hist),
+        resume_cpu: resume_relay.cpu(),
+    });
+    if let Some(r) = &relayed {
+        progress("(a) relay", &r.load.latency);
+        progress("(b) relay", &r.resume);
+    }
+    for shared in [Some(shared), shared_relayed].into_iter().flatten() {
+        let backend =
+            Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
+        backend.stop().await;
+    }
+    if let Some(relay) = relay {
+        relay.proc.stop(Duration::from_secs(5)).await;
+    }
 
     // (c) and (d): memory per parked call, then the limit.
     settle().await;
@@ -691,6 +785,9 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         limit,
         released_baseline_rss_kib,
         memory_released,
+        relay: relayed,
+        resume_split,
+        resume_split_missing,
     })
 }
 
@@ -726,6 +823,9 @@ async fn parked_memory(
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(target) = args.relay_to {
+        return relay::serve(target).await;
+    }
     let results = match &args.render {
         Some(path) => serde_json::from_slice(&std::fs::read(path)?)
             .with_context(|| format!("read results from {}", path.display()))?,

@@ -164,13 +164,51 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         r.direct.throughput_rps,
         r.direct.errors
     );
-    let _ = writeln!(
-        s,
-        "| (b) one MRTR resume round, added beyond the backend's own time, p50 | {} | ≤ 200 µs | {} |",
-        us(resume_p50),
-        met(resume_p50 <= 200.0)
-    );
-    let _ = writeln!(s, "| (b) the same, p99 | {} | | |", us(resume_p99));
+    if let Some(relay) = &r.relay {
+        let _ = writeln!(
+            s,
+            "| (a) the direct client through a byte relay (the floor for any proxy here): p50 / p99, added p50 / p99 | {} / {}, {} / {} | | |",
+            us(relay.load.latency.p50_us),
+            us(relay.load.latency.p99_us),
+            us(relay.load.latency.p50_us - r.direct.latency.p50_us),
+            us(relay.load.latency.p99_us - r.direct.latency.p99_us)
+        );
+    }
+    match &r.resume_split {
+        Some(split) => {
+            let _ = writeln!(
+                s,
+                "| (b) one MRTR resume round inside the gateway: retry read → reply written, less the backend's part, p50 | {} | ≤ 200 µs | {} |",
+                us(split.gateway.p50_us),
+                met(split.gateway.p50_us <= 200.0)
+            );
+            let _ = writeln!(
+                s,
+                "| (b) the same, p99; retry read → reply written p50 / p99; the backend's part (answer written → result read) p50 / p99 | {}; {} / {}; {} / {} | | |",
+                us(split.gateway.p99_us),
+                us(split.total.p50_us),
+                us(split.total.p99_us),
+                us(split.backend.p50_us),
+                us(split.backend.p99_us)
+            );
+            let _ = writeln!(
+                s,
+                "| (b) end to end as the client sees it: retry sent → reply received, less the backend directly, p50 / p99 | {} / {} | | |",
+                us(resume_p50),
+                us(resume_p99)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "| (b) one MRTR resume round, added beyond the backend's own time (client side; not split inside the gateway: {}), p50 | {} | ≤ 200 µs | {} |",
+                r.resume_split_missing.as_deref().unwrap_or("not measured"),
+                us(resume_p50),
+                met(resume_p50 <= 200.0)
+            );
+            let _ = writeln!(s, "| (b) the same, p99 | {} | | |", us(resume_p99));
+        }
+    }
     let _ = writeln!(
         s,
         "| (b) retry sent → reply received via the gateway, p50 / p99 | {} / {} | | |",
@@ -183,6 +221,14 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         us(r.resume_direct.p50_us),
         us(r.resume_direct.p99_us)
     );
+    if let Some(relay) = &r.relay {
+        let _ = writeln!(
+            s,
+            "| (b) end to end through a byte relay instead: answer written → result read, added p50 / p99 | {} / {} | | |",
+            us(relay.resume.p50_us - r.resume_direct.p50_us),
+            us(relay.resume.p99_us - r.resume_direct.p99_us)
+        );
+    }
     let _ = writeln!(
         s,
         "| (a) CPU per pass-through call: gateway on CPU / waiting for a CPU | {} / {} | | |",
@@ -201,6 +247,14 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         us(r.resume_gateway_cpu.gateway_run_us),
         us(r.resume_gateway_cpu.gateway_wait_us)
     );
+    if let Some(relay) = &r.relay {
+        let _ = writeln!(
+            s,
+            "| (a) CPU per call of the byte relay: on CPU / waiting for a CPU | {} / {} | | |",
+            us(relay.cpu.gateway_run_us),
+            us(relay.cpu.gateway_wait_us)
+        );
+    }
     for m in &r.memory {
         let (target, ok) = if stdio {
             ("≤ 16 KiB (set for HTTP backends)", "see reading")
@@ -340,7 +394,17 @@ with an InputRequiredResult), then time from sending the retry with `inputRespon
 state, writing the answer upstream, the backend finishing the tool, and the reply. Directly: call \
 `ask_form`, receive the `elicitation/create` push, time from writing the answer to reading the \
 tool's result: the backend's own time for a pushed request's answer. \"Added\" is the \
-difference of the two percentiles.\n\
+difference of the two percentiles. Then {rounds} more rounds through the gateway while `perf` \
+traces its `recvfrom` and `writev` calls (`benches/load/split.rs`; needs `perf` and permission to \
+trace): per retry, from reading it off the client's connection to writing the answer upstream, \
+plus from reading the tool's result to writing the reply: the gateway's own part of the round, \
+as the issue defines it (retry received to reply written, beyond the backend's own time, which \
+is the stretch from answer written to result read). It leaves out the client's HTTP exchange \
+with the gateway, which the end-to-end figure also counts.\n\
+- Byte relay (HTTP backend): a process that only copies bytes between a client's connection and \
+the fixture (`benches/load/relay.rs`, tokio with two workers, as the gateway), in the gateway's \
+place. The direct client's (a) and (b) are run through it too, in the same alternation: it shows \
+what one more process on the path costs on this machine before any proxy does any work.\n\
 - (c) After (a) and (b), with the gateway idle (`pool_max` and `max_parked_*` raised, \
 anonymous principal), its `VmRSS` from `/proc/PID/status` is read, `ask_form` calls are parked \
 over 32 connections up to each count, and after 0.8 s to settle RSS is read again: per call = \
@@ -385,7 +449,7 @@ switches and wake-ups first (each request wakes a sleeping worker thread when it
 client and again when the backend answers), then loopback TCP; `malloc`/`free` take about 8%. \
 {} The added latency is those two extra wake-ups on a virtual machine plus the gateway's CPU \
 time, plus waiting for a CPU: the client, the gateway (two runtime workers) and the backend share \
-two CPUs with other work (load average above). The p99 is that wait at its worst.",
+two CPUs with other work (load average above). The p99 is that wait at its worst.{}",
         us(g.gateway_run_us),
         us(g.gateway_wait_us),
         us(g.backend_run_us),
@@ -396,29 +460,61 @@ two CPUs with other work (load average above). The p99 is that wait at its worst
             "The gateway's own CPU per call fits within the 150 µs budget."
         } else {
             "The gateway's own CPU per call alone exceeds the 150 µs budget."
-        }
+        },
+        r.relay.as_ref().map_or(String::new(), |rl| format!(
+            " A byte relay in the gateway's place, doing no work but copying, added {} at p50 \
+and {} at p99 with {} of CPU per call: what the extra process on the path costs by itself.",
+            us(rl.load.latency.p50_us - r.direct.latency.p50_us),
+            us(rl.load.latency.p99_us - r.direct.latency.p99_us),
+            us(rl.cpu.gateway_run_us)
+        ))
     );
+    let open =
+        criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration);
+    let round_cpu = criterion_median_ns(criterion, "input_required/translate_seal_build")
+        .map_or("(not measured)".into(), duration);
+    let inside = match &r.resume_split {
+        Some(sp) => format!(
+            "Inside the gateway a resume round took {} of its own at p50 ({} from reading the \
+retry to writing the answer upstream, {} from reading the tool's result to writing the reply), \
+against 200 µs: {}. ",
+            us(sp.gateway.p50_us),
+            us(sp.inbound.p50_us),
+            us(sp.outbound.p50_us),
+            if sp.gateway.p50_us <= 200.0 {
+                "met"
+            } else {
+                "missed"
+            }
+        ),
+        None => String::new(),
+    };
+    let relay = match &r.relay {
+        Some(rl) => format!(
+            " A byte relay in the gateway's place adds {} end to end at p50: that much is the \
+extra process on the path, before any work.",
+            us(rl.resume.p50_us - r.resume_direct.p50_us)
+        ),
+        None => String::new(),
+    };
     let _ = writeln!(
         s,
-        "- (b) A resume round costs the gateway one HTTP exchange with the client, opening the \
-state ({}), digesting the request, a hand-over to the parked call's task, writing the answer \
-upstream (a POST the backend answers with 202), reading the tool's result from the call's own \
-still-open POST stream (with a backend that numbers its events, from the stream picked up again \
-by a GET sent alongside the answer; not timed here), and the reply. The CPU work is a few microseconds (one whole round of \
-translate, seal, build and serialize is {}); the latency is hand-overs between tasks and the \
-threads they wake. An `strace` of one retry shows the sequence: the retry is read on one worker, \
-the answer POST is written from the other after a futex wake-up, the 202 and the result come \
-back on the first, which wakes the second again to write the reply. Sequential rounds leave the \
-runtime idle between requests (the first request of each call also waits out the default 10 ms \
-coalescing window), so each of those hand-overs wakes a sleeping thread. That is where the \
-gateway's {} of CPU per MRTR call (both requests) goes: a `perf` profile of this phase shows \
-context switches and wake-ups at the top, with `malloc` next; and on a busy machine each \
-wake-up also waits for a CPU ({} per MRTR call here). The answer still passes through the \
-session task, which owns the session's writes; sending it from the call's task would save one \
-more hand-over. The backend's own part is the same in both measurements and cancels out.",
-        criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration),
-        criterion_median_ns(criterion, "input_required/translate_seal_build")
-            .map_or("(not measured)".into(), duration),
+        "- (b) {inside}That stretch holds: reading and checking the retry, opening the state \
+({open}), handing the answers to the parked call's task, which checks them and POSTs them \
+upstream itself over a pooled keep-alive connection (hyper's client writes from the \
+connection's own task: one more hand-over), then, when the result arrives on the call's \
+still-open POST stream, handing the reply back to the client's connection. The JSON work is a \
+few microseconds (one whole round of translate, seal, build and serialize is {round_cpu}); the \
+rest is hand-overs between tasks, the worker threads they wake on this virtual machine, and the \
+system calls themselves (on loopback, a `writev` delivers to the peer's socket and wakes the \
+peer in the writer's time). End to end the client sees {} more than the direct client at p50: \
+that also counts the client's own HTTP exchange with the gateway, two more wake-ups of a \
+process.{relay} The gateway's CPU per MRTR call (both requests) was {}, and its threads waited \
+{} for a CPU; a `perf` profile of sequential rounds shows context switches and wake-ups at the \
+top, `malloc` next. The first request of each call also waits out the default 10 ms \
+coalescing window (not timed). With a backend that numbers its events, the stream is picked up \
+by a GET sent alongside the answer (not timed here).",
+        us(resume_p50),
         us(r.resume_gateway_cpu.gateway_run_us),
         us(r.resume_gateway_cpu.gateway_wait_us)
     );
