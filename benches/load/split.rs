@@ -42,7 +42,8 @@ pub async fn measure<F: Future<Output = anyhow::Result<()>>>(
 ) -> Result<Split, String> {
     let data = dir.join("split.perf.data");
     let mut perf = Command::new("perf")
-        .args(["record", "-q"])
+        // A large buffer: a lost chunk of events would split rounds at the wrong places.
+        .args(["record", "-q", "-m", "1024"])
         .args(["-e", "syscalls:sys_enter_recvfrom"])
         .args(["-e", "syscalls:sys_exit_recvfrom"])
         .args(["-e", "syscalls:sys_enter_writev"])
@@ -142,7 +143,7 @@ fn events(script: &str) -> Vec<(f64, Io)> {
     out
 }
 
-/// Splits each retry of a sequential run (first request, retry, first request, ...). The
+/// Splits each retry of a sequential run of MRTR calls (first request, retry, ...). The
 /// client's connection is the descriptor most written to: each request's reply goes there,
 /// while upstream messages spread over the pool's connections.
 fn split(script: &str) -> anyhow::Result<Split> {
@@ -158,24 +159,39 @@ fn split(script: &str) -> anyhow::Result<Split> {
         .max_by_key(|(_, n)| **n)
         .map(|(fd, _)| *fd)
         .context("perf recorded no writes by the gateway")?;
-    let (mut gateway, mut backend, mut total) = (histogram(), histogram(), histogram());
-    let (mut inbound, mut outbound) = (histogram(), histogram());
-    let mut request = 0u64;
+    // Each request on the client's connection: its first read, and what happened until its
+    // reply was written.
+    struct Span {
+        read_at: f64,
+        size: i64,
+        answer_written: Option<f64>,
+        result_read: Option<f64>,
+        reply: f64,
+    }
+    let mut spans = Vec::new();
     let mut i = 0;
     while i < ev.len() {
-        let (t0, io) = ev[i];
+        let (read_at, io) = ev[i];
         i += 1;
-        if !matches!(io, Io::Read { fd, n } if fd == client && n > 0) {
+        let Io::Read { fd, n: size } = io else {
+            continue;
+        };
+        if fd != client || size <= 0 {
             continue;
         }
-        // One request: up to the reply written to the client.
-        let (mut answer_written, mut result_read, mut reply) = (None, None, None);
+        let (mut answer_written, mut result_read) = (None, None);
         while i < ev.len() {
             let (t, io) = ev[i];
             i += 1;
             match io {
                 Io::Write { fd } if fd == client => {
-                    reply = Some(t);
+                    spans.push(Span {
+                        read_at,
+                        size,
+                        answer_written,
+                        result_read,
+                        reply: t,
+                    });
                     break;
                 }
                 Io::Write { .. } => {
@@ -185,14 +201,20 @@ fn split(script: &str) -> anyhow::Result<Split> {
                 Io::Read { .. } => {}
             }
         }
-        request += 1;
-        // Every second request is a retry.
-        if request % 2 == 1 {
-            continue;
-        }
-        let (Some(a), Some(r), Some(w)) = (answer_written, result_read, reply) else {
+    }
+    // A retry carries its requestState and answers: it is the larger of the two requests of a
+    // call, whatever else happened in between.
+    let (smallest, largest) = spans.iter().fold((i64::MAX, 0), |(lo, hi), s| {
+        (lo.min(s.size), hi.max(s.size))
+    });
+    let retry_size = smallest + (largest - smallest) / 2;
+    let (mut gateway, mut backend, mut total) = (histogram(), histogram(), histogram());
+    let (mut inbound, mut outbound) = (histogram(), histogram());
+    for span in spans.iter().filter(|s| s.size > retry_size) {
+        let (Some(a), Some(r)) = (span.answer_written, span.result_read) else {
             continue;
         };
+        let (t0, w) = (span.read_at, span.reply);
         let ns = |s: f64| (s * 1e9).max(0.0) as u64;
         gateway.saturating_record(ns((a - t0) + (w - r)));
         inbound.saturating_record(ns(a - t0));
