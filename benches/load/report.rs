@@ -112,7 +112,7 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let _ = writeln!(
         s,
         "# Benchmarks\n\nWritten by `{command}` on {date} at commit `{commit}`, backend kind \
-         `{}`. Run it again to refresh this file; it takes about five minutes.\n",
+         `{}`. Run it again to refresh this file; it takes about eight minutes.\n",
         r.backend
     );
     let _ = writeln!(
@@ -592,8 +592,9 @@ second connection per parked call.",
 session, and again when it parks; a refused call gets -32000. Here the {} refused calls moved \
 the gateway's RSS by {:+} KiB ({:+.1} KiB each: allocator slack, not held parks). \
 {bound}\n\n\
-The `perf` and `strace` observations above come from the gateway process on this machine \
-while the harness ran (`perf record -p PID`); they are not rerun by `{command}`.{vm}",
+The `perf` profiles and `strace` sequences above come from the gateway process on this \
+machine while the harness ran (`perf record -p PID`); they are not rerun by `{command}` (the \
+traced split of (b) is: the harness records it itself).{vm}",
         l.refused_beyond,
         l.rss_after_refusals_kib as i64 - l.rss_at_limit_kib as i64,
         (l.rss_after_refusals_kib as f64 - l.rss_at_limit_kib as f64)
