@@ -489,6 +489,11 @@ against 200 µs: {}. ",
         ),
         None => String::new(),
     };
+    let holds = if r.resume_split.is_some() {
+        "That stretch holds"
+    } else {
+        "A resume round inside the gateway holds"
+    };
     let relay = match &r.relay {
         Some(rl) => format!(
             " A byte relay in the gateway's place adds {} end to end at p50: that much is the \
@@ -499,7 +504,7 @@ extra process on the path, before any work.",
     };
     let _ = writeln!(
         s,
-        "- (b) {inside}That stretch holds: reading and checking the retry, opening the state \
+        "- (b) {inside}{holds}: reading and checking the retry, opening the state \
 ({open}), handing the answers to the parked call's task, which checks them and POSTs them \
 upstream itself over a pooled keep-alive connection (hyper's client writes from the \
 connection's own task: one more hand-over), then, when the result arrives on the call's \
