@@ -88,7 +88,7 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::LegacyServer(opts) => {
             app::init_tracing(LogFormat::Text, "warn");
-            let rt = runtime();
+            let rt = runtime(None);
             let outcome = rt.block_on(crate::legacy_server::run(opts));
             // A blocking stdin read may still be pending; do not wait for it.
             rt.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -108,16 +108,18 @@ fn config_error(e: &crate::config::ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+/// The runtime: `workers` threads, or tokio's default (one per CPU, `TOKIO_WORKER_THREADS`).
+fn runtime(workers: Option<usize>) -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    builder.enable_all().build().expect("tokio runtime")
 }
 
 fn serve(config: Config, demo: bool) -> ExitCode {
     app::init_tracing(config.log.format, &config.log.level);
-    let rt = runtime();
+    let rt = runtime(Some(config.server.worker_threads));
     rt.block_on(async move {
         let running = match app::start(config).await {
             Ok(r) => r,

@@ -107,3 +107,53 @@ fn keygen_prints_a_key_that_the_config_accepts() {
         .is_ok()
     );
 }
+
+/// Threads of process `pid` named `tokio-rt-worker` (the runtime's workers).
+#[cfg(target_os = "linux")]
+fn runtime_workers(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("task list")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "tokio-rt-worker")
+        .count()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn serve_runs_as_many_worker_threads_as_configured() {
+    use std::io::BufRead;
+    for workers in [1, 3] {
+        let path = std::env::temp_dir().join(format!(
+            "mrtr-workers-{}-{workers}.toml",
+            std::process::id()
+        ));
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {workers}\n\
+                 [[backend]]\nname = \"b\"\nkind = \"builtin\"\n"
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start gateway");
+        // The listening line comes once the runtime and its workers are up.
+        let stdout = child.stdout.take().expect("stdout");
+        let started = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("mrtr-gateway listening on"));
+        let seen = runtime_workers(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&path);
+        assert!(started, "the gateway did not start");
+        assert_eq!(seen, workers, "worker_threads = {workers}");
+    }
+}

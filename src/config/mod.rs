@@ -135,6 +135,8 @@ pub struct Server {
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// Threads that run the gateway's work: one per CPU the process may use unless set.
+    pub worker_threads: usize,
 }
 
 /// Where the principal (the party a parked call belongs to) comes from.
@@ -296,6 +298,7 @@ impl Config {
             allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
             max_connections: positive("server.max_connections", raw.server.max_connections, 1024)?,
             shutdown_grace: raw.server.shutdown_grace.unwrap_or(Duration::from_secs(10)),
+            worker_threads: worker_threads(raw.server.worker_threads)?,
         };
 
         let principal = match raw.principal.source.as_deref().unwrap_or("authorization") {
@@ -602,6 +605,7 @@ impl Config {
         use std::fmt::Write;
         let mut s = String::new();
         let _ = writeln!(s, "listen            {}", self.server.listen);
+        let _ = writeln!(s, "worker threads    {}", self.server.worker_threads);
         let _ = writeln!(
             s,
             "allowed origins   {}",
@@ -911,6 +915,21 @@ fn positive(field: &str, value: Option<usize>, default: usize) -> Result<usize, 
     }
 }
 
+/// Most worker threads a config may ask for.
+const MAX_WORKER_THREADS: usize = 256;
+
+/// `server.worker_threads`, or the CPUs this process may use (its affinity and cgroup quota).
+fn worker_threads(value: Option<usize>) -> Result<usize, ConfigError> {
+    let field = "server.worker_threads";
+    match value {
+        None => Ok(std::thread::available_parallelism().map_or(1, usize::from)),
+        Some(n) if n > MAX_WORKER_THREADS => {
+            Err(bad(field, format!("must be at most {MAX_WORKER_THREADS}")))
+        }
+        Some(n) => positive(field, Some(n), 1),
+    }
+}
+
 fn duration_in(
     field: &str,
     value: Option<Duration>,
@@ -972,6 +991,10 @@ mod tests {
         assert!(c.state.ephemeral);
         assert_eq!(c.principal, PrincipalSource::Authorization);
         assert_eq!(c.admin.listen, None, "no admin listener unless asked for");
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(c.server.worker_threads, cpus, "one worker per usable CPU");
+        let one = Config::parse(&format!("[server]\nworker_threads = 1\n{MINIMAL}"), None);
+        assert_eq!(one.unwrap().server.worker_threads, 1);
         let c = Config::parse(
             &format!("[admin]\nlisten = \"127.0.0.1:9090\"\n{MINIMAL}"),
             None,
@@ -988,6 +1011,11 @@ mod tests {
             ("[principal]\nsource = \"header\"\n", "principal.header"),
             ("[state]\npark_ttl = \"0s\"\n", "state.park_ttl"),
             ("[admin]\nlisten = \"9090\"\n", "admin.listen"),
+            ("[server]\nworker_threads = 0\n", "server.worker_threads"),
+            (
+                "[server]\nworker_threads = 100000\n",
+                "server.worker_threads",
+            ),
             (
                 "[state]\nkeys = [{ id = \"k\", secret = \"short\" }]\n",
                 "state.keys[0]",

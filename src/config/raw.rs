@@ -40,6 +40,7 @@ pub struct Server {
     pub max_connections: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     pub shutdown_grace: Option<Duration>,
+    pub worker_threads: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
