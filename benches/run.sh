@@ -4,7 +4,8 @@
 #
 #   benches/run.sh                    # every figure: the HTTP fixture backend, 1,000 and
 #                                     # 10,000 parked calls (no standalone GET stream, so a
-#                                     # parked call holds one upstream connection)
+#                                     # parked call holds one upstream connection), and (a)
+#                                     # and (b) again with `worker_threads = 1`
 #   benches/run.sh --backend stdio    # the fixture as stdio children (parked calls are
 #                                     # children, so the counts stay in the hundreds)
 #
@@ -12,7 +13,7 @@
 # default ones.
 set -euo pipefail
 if [ "$#" -eq 0 ]; then
-  set -- --backend http --no-standalone-stream --park 1000,10000
+  set -- --backend http --no-standalone-stream --park 1000,10000 --also-workers 1
 fi
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"

@@ -26,6 +26,8 @@ pub struct Settings {
     pub max_parked: usize,
     /// HTTP backend: whether each session keeps its standalone GET stream.
     pub standalone_stream: bool,
+    /// `server.worker_threads`; `None` leaves the gateway's default (one per CPU).
+    pub worker_threads: Option<usize>,
 }
 
 /// A child process that is killed if the harness lets go of it.
@@ -153,6 +155,10 @@ impl Gateway {
                 s.standalone_stream,
             ),
         };
+        let (name, workers) = match s.worker_threads {
+            Some(n) => (format!("gateway-{n}w"), format!("worker_threads = {n}\n")),
+            None => ("gateway".to_owned(), String::new()),
+        };
         // Anonymous principal, so one client may hold every parked call; limits raised so the
         // pool and the park registry are what the measurement exercises.
         let config = format!(
@@ -160,7 +166,7 @@ impl Gateway {
 listen = "127.0.0.1:0"
 max_connections = 20000
 shutdown_grace = "5s"
-
+{workers}
 [principal]
 source = "anonymous"
 
@@ -184,20 +190,16 @@ idle_timeout = "10m"
             max_parked = s.max_parked,
             pool_max = s.pool_max,
         );
-        let path = dir.join("gateway.toml");
+        let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config)?;
         let mut cmd = Command::new(exe);
         cmd.arg("serve").arg("--config").arg(&path);
-        let mut proc = Proc::spawn(cmd, &dir.join("gateway.stderr"))?;
+        let stderr = dir.join(format!("{name}.stderr"));
+        let mut proc = Proc::spawn(cmd, &stderr)?;
         let url = proc
             .announced("mrtr-gateway listening on")
             .await
-            .with_context(|| {
-                format!(
-                    "gateway did not start; see {}",
-                    dir.join("gateway.stderr").display()
-                )
-            })?;
+            .with_context(|| format!("gateway did not start; see {}", stderr.display()))?;
         Ok(Gateway { proc, url })
     }
 

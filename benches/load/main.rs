@@ -80,6 +80,10 @@ struct Args {
     /// and the first (c), so parked calls let their streams go and a retry picks one up.
     #[arg(long)]
     event_ids: bool,
+    /// Also measure (a) and (b) through a second gateway with `server.worker_threads = N`, in
+    /// the same alternation as the first (which keeps its default, one worker per CPU).
+    #[arg(long)]
+    also_workers: Option<usize>,
     /// Calls attempted past `max_parked_total` in (d).
     #[arg(long, default_value_t = 40)]
     beyond: usize,
@@ -220,6 +224,21 @@ pub struct Results {
     pub resume_split: Option<split::Split>,
     #[serde(default)]
     pub resume_split_missing: Option<String>,
+    /// (a) and (b) through a second gateway with a set number of worker threads
+    /// (`--also-workers`), measured in the same alternation.
+    #[serde(default)]
+    pub threads: Option<Threads>,
+}
+
+/// The gateway's figures with `server.worker_threads` set (`--also-workers`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Threads {
+    pub worker_threads: usize,
+    pub load: Load,
+    pub cpu: Cpu,
+    pub resume: Latency,
+    pub resume_cpu: Cpu,
+    pub resume_split: Option<split::Split>,
 }
 
 /// The direct client's figures through a byte relay: the floor under what any proxy adds.
@@ -577,9 +596,28 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         pool_max: max_parked + args.beyond + 8,
         max_parked,
         standalone_stream: !args.no_standalone_stream,
+        worker_threads: None,
     };
     let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
     eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);
+    // With --also-workers: a second gateway, the same but for its worker threads. It takes part
+    // in (a) and (b) only, so its pool stays small.
+    let threaded = match args.also_workers {
+        Some(n) => {
+            let s = Settings {
+                pool_max: args.connections + 8,
+                worker_threads: Some(n),
+                ..settings.clone()
+            };
+            let g = Gateway::start(exe, &dir, args.backend, fixture_url, &s).await?;
+            eprintln!(
+                "gateway with {n} worker threads at {} (pid {})",
+                g.url, g.proc.pid
+            );
+            Some((n, g))
+        }
+        None => None,
+    };
     // HTTP backend: a second direct client, through a byte relay in the gateway's place.
     let relay = match &fixture {
         Some(f) => Some(Relay::start(&dir, &f.url).await?),
@@ -591,19 +629,21 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     };
     let relay_pid: Vec<u32> = relay.iter().map(|r| r.proc.pid).collect();
     let gw_pid = [gw.proc.pid];
+    let threaded_pid: Vec<u32> = threaded.iter().map(|(_, g)| g.proc.pid).collect();
     let direct_pid = [backend.pid];
-    // The backend's processes behind the gateway: its stdio children, or the HTTP fixture.
+    // The backend's processes behind a gateway: its stdio children, or the HTTP fixture.
     let fixture_pid = fixture.as_ref().map(|f| f.proc.pid);
-    let gw_backend = || match fixture_pid {
+    let backend_of = |gateway: u32| match fixture_pid {
         Some(pid) => vec![pid],
-        None => gateway::children(gw.proc.pid),
+        None => gateway::children(gateway),
     };
+    let gw_backend = || backend_of(gw.proc.pid);
     let slices = args.slices.max(1);
 
     // (b): rounds in alternating chunks.
     eprintln!("(b) {} rounds each way, in {slices} slices", args.rounds);
     let (mut resume_direct, mut resume_gateway) = (Side::new(), Side::new());
-    let mut resume_relay = Side::new();
+    let (mut resume_relay, mut resume_threaded) = (Side::new(), Side::new());
     for k in 0..slices {
         let n = args.rounds / slices + usize::from(k < args.rounds % slices);
         let (h, g, b) = metered(&[], || direct_pid.to_vec(), direct_rounds(&mut backend, n)).await;
@@ -615,6 +655,11 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         }
         let (h, g, b) = metered(&gw_pid, gw_backend, gateway_rounds(&gw.url, n)).await;
         resume_gateway.add(&h?, 0.0, n as u64, g, b);
+        if let Some((_, t)) = &threaded {
+            let rounds = gateway_rounds(&t.url, n);
+            let (h, g, b) = metered(&threaded_pid, || backend_of(t.proc.pid), rounds).await;
+            resume_threaded.add(&h?, 0.0, n as u64, g, b);
+        }
     }
     progress("(b) direct", &Latency::of(&resume_direct.slices.hist));
     progress("(b) gateway", &Latency::of(&resume_gateway.slices.hist));
@@ -635,6 +680,30 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         }
     };
 
+    let threaded_split = match &threaded {
+        Some((n, t)) => {
+            eprintln!(
+                "(b) {} more rounds with {n} worker threads, traced",
+                args.rounds
+            );
+            let traced = async {
+                gateway_rounds(&t.url, args.rounds).await?;
+                Ok(())
+            };
+            match split::measure(t.proc.pid, &dir, traced).await {
+                Ok(s) => {
+                    progress("(b) inside the gateway, its own part", &s.gateway);
+                    Some(s)
+                }
+                Err(why) => {
+                    eprintln!("(b) with {n} worker threads not split: {why}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+
     // (a): open-loop slices, alternating.
     eprintln!(
         "(a) {} req/s, {}s recorded each way, in {slices} slices",
@@ -651,16 +720,24 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     };
     let mut direct_callers = callers_of(&shared);
     let mut relay_callers = shared_relayed.as_ref().map(callers_of);
-    let mut gw_callers = Vec::new();
-    for _ in 0..args.connections {
-        gw_callers.push(GatewayEcho {
-            conn: Conn::open(&gw.url).await?,
-            body: modern::tools_call(1, "echo", json!({"text": "hello"}), json!({}), None),
-        });
+    async fn echo_callers(url: &str, n: usize) -> anyhow::Result<Vec<GatewayEcho>> {
+        let mut callers = Vec::new();
+        for _ in 0..n {
+            callers.push(GatewayEcho {
+                conn: Conn::open(url).await?,
+                body: modern::tools_call(1, "echo", json!({"text": "hello"}), json!({}), None),
+            });
+        }
+        Ok(callers)
     }
+    let mut gw_callers = echo_callers(&gw.url, args.connections).await?;
+    let mut threaded_callers = match &threaded {
+        Some((_, t)) => Some(echo_callers(&t.url, args.connections).await?),
+        None => None,
+    };
     let slice_time = measure / slices as u32;
     let (mut direct, mut through) = (Side::new(), Side::new());
-    let mut via_relay = Side::new();
+    let (mut via_relay, mut via_threaded) = (Side::new(), Side::new());
     for _ in 0..slices {
         let ((s, c), g, b) = metered(
             &[],
@@ -688,6 +765,16 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         .await;
         gw_callers = c;
         through.add_slice(s, g, b);
+        if let (Some(callers), Some((_, t))) = (threaded_callers.take(), &threaded) {
+            let ((s, c), g, b) = metered(
+                &threaded_pid,
+                || backend_of(t.proc.pid),
+                open_loop(callers, args.rate, warmup, slice_time),
+            )
+            .await;
+            threaded_callers = Some(c);
+            via_threaded.add_slice(s, g, b);
+        }
     }
     let (direct_load, through_load) = (direct.load(), through.load());
     progress("(a) direct", &direct_load.latency);
@@ -695,6 +782,24 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     drop(direct_callers);
     drop(gw_callers);
     drop(relay_callers);
+    drop(threaded_callers);
+    let threads = match threaded {
+        Some((worker_threads, t)) => {
+            let figures = Threads {
+                worker_threads,
+                load: via_threaded.load(),
+                cpu: via_threaded.cpu(),
+                resume: Latency::of(&resume_threaded.slices.hist),
+                resume_cpu: resume_threaded.cpu(),
+                resume_split: threaded_split,
+            };
+            progress("(a) gateway, set worker threads", &figures.load.latency);
+            progress("(b) gateway, set worker threads", &figures.resume);
+            t.proc.stop(Duration::from_secs(5)).await;
+            Some(figures)
+        }
+        None => None,
+    };
     let relayed = relay.as_ref().map(|_| Relayed {
         load: via_relay.load(),
         cpu: via_relay.cpu(),
@@ -788,6 +893,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         relay: relayed,
         resume_split,
         resume_split_missing,
+        threads,
     })
 }
 

@@ -174,6 +174,17 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
             us(relay.load.latency.p99_us - r.direct.latency.p99_us)
         );
     }
+    if let Some(t) = &r.threads {
+        let _ = writeln!(
+            s,
+            "| (a) the gateway with `worker_threads = {}`, same alternation: p50 / p99, added p50 / p99 | {} / {}, {} / {} | | |",
+            t.worker_threads,
+            us(t.load.latency.p50_us),
+            us(t.load.latency.p99_us),
+            us(t.load.latency.p50_us - r.direct.latency.p50_us),
+            us(t.load.latency.p99_us - r.direct.latency.p99_us)
+        );
+    }
     match &r.resume_split {
         Some(split) => {
             let _ = writeln!(
@@ -229,6 +240,21 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
             us(relay.resume.p99_us - r.resume_direct.p99_us)
         );
     }
+    if let Some(t) = &r.threads {
+        let inside = t
+            .resume_split
+            .as_ref()
+            .map_or("not split".to_owned(), |sp| {
+                format!("{} / {}", us(sp.gateway.p50_us), us(sp.gateway.p99_us))
+            });
+        let _ = writeln!(
+            s,
+            "| (b) the gateway with `worker_threads = {}`: inside the gateway, its own part p50 / p99; end to end, added p50 / p99 | {inside}; {} / {} | | |",
+            t.worker_threads,
+            us(t.resume.p50_us - r.resume_direct.p50_us),
+            us(t.resume.p99_us - r.resume_direct.p99_us)
+        );
+    }
     let _ = writeln!(
         s,
         "| (a) CPU per pass-through call: gateway on CPU / waiting for a CPU | {} / {} | | |",
@@ -253,6 +279,17 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
             "| (a) CPU per call of the byte relay: on CPU / waiting for a CPU | {} / {} | | |",
             us(relay.cpu.gateway_run_us),
             us(relay.cpu.gateway_wait_us)
+        );
+    }
+    if let Some(t) = &r.threads {
+        let _ = writeln!(
+            s,
+            "| CPU per call of the gateway with `worker_threads = {}`: (a) on CPU / waiting; (b) on CPU / waiting | {} / {}; {} / {} | | |",
+            t.worker_threads,
+            us(t.cpu.gateway_run_us),
+            us(t.cpu.gateway_wait_us),
+            us(t.resume_cpu.gateway_run_us),
+            us(t.resume_cpu.gateway_wait_us)
         );
     }
     for m in &r.memory {
@@ -467,8 +504,36 @@ and {} at p99 with {} of CPU per call: what the extra process on the path costs 
             us(rl.load.latency.p50_us - r.direct.latency.p50_us),
             us(rl.load.latency.p99_us - r.direct.latency.p99_us),
             us(rl.cpu.gateway_run_us)
-        ))
+        )),
     );
+    if let Some(t) = &r.threads {
+        let _ = writeln!(
+            s,
+            "- (a) and (b) with `worker_threads = {n}`: a second gateway, the same but for its \
+runtime threads, took its turn in the same alternation. Its CPU per pass-through call was {} \
+(against {} with the default), and its threads waited {} for a CPU (against {}): with fewer \
+workers, fewer sleeping threads are woken per request. It added {} at p50 to a pass-through \
+call (the default: {}){}. Inside the gateway its resume round took {} at p50 (the default: {}).",
+            us(t.cpu.gateway_run_us),
+            us(g.gateway_run_us),
+            us(t.cpu.gateway_wait_us),
+            us(g.gateway_wait_us),
+            us(t.load.latency.p50_us - r.direct.latency.p50_us),
+            us(add_p50),
+            if t.load.latency.p50_us - r.direct.latency.p50_us > add_p50 + 10.0 {
+                ": requests that arrive together wait for the one thread in turn"
+            } else {
+                ""
+            },
+            t.resume_split
+                .as_ref()
+                .map_or("(not split)".to_owned(), |sp| us(sp.gateway.p50_us)),
+            r.resume_split
+                .as_ref()
+                .map_or("(not split)".to_owned(), |sp| us(sp.gateway.p50_us)),
+            n = t.worker_threads,
+        );
+    }
     let open =
         criterion_median_ns(criterion, "seal/open").map_or("(not measured)".into(), duration);
     let round_cpu = criterion_median_ns(criterion, "input_required/translate_seal_build")
@@ -522,9 +587,9 @@ it 16 µs, header and principal checks 9 µs, the spawned phase's first poll 40 
 state 17 µs, the hand-over to the parked call 9 µs, building the answer and handing it to \
 hyper 13 µs. Criterion measures the same work several times faster: it runs hot, while between \
 sequential rounds the machine idles (the first request of each call waits out the default 10 ms \
-coalescing window), so every retry starts on cold caches and a halted virtual CPU. One runtime \
-worker instead of two, handing a retry to the parked call without spawning a task for it, and a \
-timer that keeps the runtime's next wake-up near (so registering a request's timeouts wakes no \
+coalescing window), so every retry starts on cold caches and a halted virtual CPU. Handing a retry \
+to the parked call without spawning a task for it (or running a request's work in the task of \
+its client's connection), and a timer that keeps the runtime's next wake-up near (so registering a request's timeouts wakes no \
 parked thread) each moved this figure by less than the noise between runs, and were not kept. With a backend that numbers its events, the stream is picked up \
 by a GET sent alongside the answer (not timed here).",
         us(resume_p50),
