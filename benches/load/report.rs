@@ -112,7 +112,7 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let _ = writeln!(
         s,
         "# Benchmarks\n\nWritten by `{command}` on {date} at commit `{commit}`, backend kind \
-         `{}`. Run it again to refresh this file; it takes about eight minutes.\n",
+         `{}`. Run it again to refresh this file; it takes about ten minutes.\n",
         r.backend
     );
     let _ = writeln!(
