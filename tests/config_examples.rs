@@ -51,6 +51,11 @@ fn check_prints_resolved_settings_and_exits_zero() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("listen            127.0.0.1:8080"), "{text}");
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        text.contains(&format!("worker threads    {cpus}\n")),
+        "the default is one worker per usable CPU: {text}"
+    );
     assert!(text.contains("config OK"));
 }
 
