@@ -389,6 +389,34 @@ impl Side {
         }
     }
 
+    /// Times `n` rounds of (b) for this side, with the CPU its processes used meanwhile.
+    async fn rounds(
+        &mut self,
+        gateway: &[u32],
+        backend: impl Fn() -> Vec<u32>,
+        n: usize,
+        rounds: impl Future<Output = anyhow::Result<Histogram<u64>>>,
+    ) -> anyhow::Result<()> {
+        let (h, g, b) = metered(gateway, backend, rounds).await;
+        self.add(&h?, 0.0, n as u64, g, b);
+        Ok(())
+    }
+
+    /// Runs one open-loop slice of (a) for this side; its callers come back for the next one.
+    async fn load_slice<C: Caller>(
+        &mut self,
+        callers: Vec<C>,
+        gateway: &[u32],
+        backend: impl Fn() -> Vec<u32>,
+        pace: (f64, Duration, Duration),
+    ) -> Vec<C> {
+        let (rate, warmup, time) = pace;
+        let ((s, c), g, b) =
+            metered(gateway, backend, open_loop(callers, rate, warmup, time)).await;
+        self.add_slice(s, g, b);
+        c
+    }
+
     fn load(&self) -> Load {
         Load {
             sent: self.slices.sent,
@@ -646,60 +674,47 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let (mut resume_relay, mut resume_threaded) = (Side::new(), Side::new());
     for k in 0..slices {
         let n = args.rounds / slices + usize::from(k < args.rounds % slices);
-        let (h, g, b) = metered(&[], || direct_pid.to_vec(), direct_rounds(&mut backend, n)).await;
-        resume_direct.add(&h?, 0.0, n as u64, g, b);
+        let direct_backend = || direct_pid.to_vec();
+        let rounds = direct_rounds(&mut backend, n);
+        resume_direct.rounds(&[], direct_backend, n, rounds).await?;
         if let Some(relayed) = relayed.as_mut() {
             let rounds = direct_rounds(relayed, n);
-            let (h, g, b) = metered(&relay_pid, || direct_pid.to_vec(), rounds).await;
-            resume_relay.add(&h?, 0.0, n as u64, g, b);
+            resume_relay
+                .rounds(&relay_pid, direct_backend, n, rounds)
+                .await?;
         }
-        let (h, g, b) = metered(&gw_pid, gw_backend, gateway_rounds(&gw.url, n)).await;
-        resume_gateway.add(&h?, 0.0, n as u64, g, b);
+        let rounds = gateway_rounds(&gw.url, n);
+        resume_gateway
+            .rounds(&gw_pid, gw_backend, n, rounds)
+            .await?;
         if let Some((_, t)) = &threaded {
             let rounds = gateway_rounds(&t.url, n);
-            let (h, g, b) = metered(&threaded_pid, || backend_of(t.proc.pid), rounds).await;
-            resume_threaded.add(&h?, 0.0, n as u64, g, b);
+            let backend = || backend_of(t.proc.pid);
+            resume_threaded
+                .rounds(&threaded_pid, backend, n, rounds)
+                .await?;
         }
     }
     progress("(b) direct", &Latency::of(&resume_direct.slices.hist));
     progress("(b) gateway", &Latency::of(&resume_gateway.slices.hist));
     eprintln!("(b) {} more rounds, traced with perf", args.rounds);
-    let traced = async {
-        gateway_rounds(&gw.url, args.rounds).await?;
-        Ok(())
-    };
-    let (resume_split, resume_split_missing) = match split::measure(gw.proc.pid, &dir, traced).await
-    {
-        Ok(s) => {
-            progress("(b) inside the gateway, its own part", &s.gateway);
-            (Some(s), None)
-        }
+    let (resume_split, resume_split_missing) = match split_rounds(&gw, &dir, args.rounds).await {
+        Ok(s) => (Some(s), None),
         Err(why) => {
             eprintln!("(b) not split inside the gateway: {why}");
             (None, Some(why))
         }
     };
-
     let threaded_split = match &threaded {
         Some((n, t)) => {
             eprintln!(
                 "(b) {} more rounds with {n} worker threads, traced",
                 args.rounds
             );
-            let traced = async {
-                gateway_rounds(&t.url, args.rounds).await?;
-                Ok(())
-            };
-            match split::measure(t.proc.pid, &dir, traced).await {
-                Ok(s) => {
-                    progress("(b) inside the gateway, its own part", &s.gateway);
-                    Some(s)
-                }
-                Err(why) => {
-                    eprintln!("(b) with {n} worker threads not split: {why}");
-                    None
-                }
-            }
+            split_rounds(t, &dir, args.rounds)
+                .await
+                .inspect_err(|why| eprintln!("(b) with {n} worker threads not split: {why}"))
+                .ok()
         }
         None => None,
     };
@@ -738,42 +753,27 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let slice_time = measure / slices as u32;
     let (mut direct, mut through) = (Side::new(), Side::new());
     let (mut via_relay, mut via_threaded) = (Side::new(), Side::new());
+    let pace = (args.rate, warmup, slice_time);
     for _ in 0..slices {
-        let ((s, c), g, b) = metered(
-            &[],
-            || direct_pid.to_vec(),
-            open_loop(direct_callers, args.rate, warmup, slice_time),
-        )
-        .await;
-        direct_callers = c;
-        direct.add_slice(s, g, b);
+        let direct_backend = || direct_pid.to_vec();
+        direct_callers = direct
+            .load_slice(direct_callers, &[], direct_backend, pace)
+            .await;
         if let Some(callers) = relay_callers.take() {
-            let ((s, c), g, b) = metered(
-                &relay_pid,
-                || direct_pid.to_vec(),
-                open_loop(callers, args.rate, warmup, slice_time),
-            )
-            .await;
-            relay_callers = Some(c);
-            via_relay.add_slice(s, g, b);
+            let callers = via_relay
+                .load_slice(callers, &relay_pid, direct_backend, pace)
+                .await;
+            relay_callers = Some(callers);
         }
-        let ((s, c), g, b) = metered(
-            &gw_pid,
-            gw_backend,
-            open_loop(gw_callers, args.rate, warmup, slice_time),
-        )
-        .await;
-        gw_callers = c;
-        through.add_slice(s, g, b);
-        if let (Some(callers), Some((_, t))) = (threaded_callers.take(), &threaded) {
-            let ((s, c), g, b) = metered(
-                &threaded_pid,
-                || backend_of(t.proc.pid),
-                open_loop(callers, args.rate, warmup, slice_time),
-            )
+        gw_callers = through
+            .load_slice(gw_callers, &gw_pid, gw_backend, pace)
             .await;
-            threaded_callers = Some(c);
-            via_threaded.add_slice(s, g, b);
+        if let (Some(callers), Some((_, t))) = (threaded_callers.take(), &threaded) {
+            let backend = || backend_of(t.proc.pid);
+            let callers = via_threaded
+                .load_slice(callers, &threaded_pid, backend, pace)
+                .await;
+            threaded_callers = Some(callers);
         }
     }
     let (direct_load, through_load) = (direct.load(), through.load());
@@ -895,6 +895,21 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         resume_split_missing,
         threads,
     })
+}
+
+/// `rounds` more rounds of (b) through `gw` while `perf` splits them inside it ([`split`]).
+async fn split_rounds(
+    gw: &Gateway,
+    dir: &std::path::Path,
+    rounds: usize,
+) -> Result<split::Split, String> {
+    let traced = async {
+        gateway_rounds(&gw.url, rounds).await?;
+        Ok(())
+    };
+    let s = split::measure(gw.proc.pid, dir, traced).await?;
+    progress("(b) inside the gateway, its own part", &s.gateway);
+    Ok(s)
 }
 
 /// (c): parks `ask_form` calls on `gw` up to each count and reads its RSS against `baseline`.
