@@ -43,3 +43,4 @@ pub mod protocol;
 pub mod seal;
 pub mod sse;
 pub mod upstream;
+pub mod wake;

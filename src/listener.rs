@@ -2,6 +2,8 @@
 //! port): at most `max_connections` open at once, HTTP/1.1 with a header deadline, a back-off
 //! when accepting fails (out of descriptors), and on `stop` each connection finishes the
 //! request in flight. The caller gets the connections back to decide how long to wait for them.
+//! Each connection is an [`Inline`](crate::wake::Inline) task: the hand-overs between its halves
+//! do not go through the runtime's queue.
 
 use crate::downstream::http::Body;
 use hyper::body::Incoming;
@@ -60,7 +62,7 @@ where
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let stop = stop.clone();
-        connections.spawn(async move {
+        connections.spawn(crate::wake::Inline::new(async move {
             let _permit = permit;
             let service = hyper::service::service_fn(move |req| {
                 let reply = handle(req, peer);
@@ -80,7 +82,7 @@ where
                     let _ = conn.await;
                 }
             }
-        });
+        }));
     }
     drop(listener);
     connections.close();

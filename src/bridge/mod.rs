@@ -201,8 +201,11 @@ impl Bridge {
                     let _ = tx.send(Reply::Done(outcome)).await;
                 })
             };
-        // The work runs in the caller's span (the downstream request), so its logs carry it.
-        self.tasks.spawn(task.instrument(tracing::Span::current()));
+        // The work runs in the caller's span (the downstream request), so its logs carry it, and
+        // as an `Inline` task, as the connections it talks to.
+        self.tasks.spawn(crate::wake::Inline::new(
+            task.instrument(tracing::Span::current()),
+        ));
         rx
     }
 
@@ -210,7 +213,9 @@ impl Bridge {
     pub fn handle_hop(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
         let task = call::serve(self.clone(), backend, req, tx, true);
-        self.tasks.spawn(task.instrument(tracing::Span::current()));
+        self.tasks.spawn(crate::wake::Inline::new(
+            task.instrument(tracing::Span::current()),
+        ));
         rx
     }
 

@@ -21,7 +21,6 @@ use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,7 +59,7 @@ pub fn client(cfg: &Config, pool_max: usize) -> Client {
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+    hyper_util::client::legacy::Client::builder(crate::wake::Executor)
         // A parked call keeps its POST stream open: a fixed 4 KiB read buffer per connection
         // (instead of one that starts at 8 KiB and grows) bounds what each one holds. Bodies
         // stream through it in pieces; only a response head must fit.
