@@ -148,13 +148,19 @@ fn serve_runs_as_many_worker_threads_as_configured() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start gateway");
-        // The listening line comes once the runtime and its workers are up.
+        // The listening line comes once the runtime is up.
         let stdout = child.stdout.take().expect("stdout");
         let started = std::io::BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
             .any(|l| l.starts_with("mrtr-gateway listening on"));
-        let seen = runtime_workers(child.id());
+        // A worker names itself once it runs, which may come after that line: wait for them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = runtime_workers(child.id());
+        while seen < workers && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            seen = runtime_workers(child.id());
+        }
         let _ = child.kill();
         let _ = child.wait();
         let _ = std::fs::remove_file(&path);
