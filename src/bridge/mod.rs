@@ -201,22 +201,23 @@ impl Bridge {
                     let _ = tx.send(Reply::Done(outcome)).await;
                 })
             };
-        // The work runs in the caller's span (the downstream request), so its logs carry it, and
-        // as an `Inline` task, as the connections it talks to.
-        self.tasks.spawn(crate::wake::Inline::new(
-            task.instrument(tracing::Span::current()),
-        ));
+        self.spawn_work(task);
         rx
     }
 
     /// Serves a retry forwarded by another replica; it is never forwarded again.
     pub fn handle_hop(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
-        let task = call::serve(self.clone(), backend, req, tx, true);
+        self.spawn_work(call::serve(self.clone(), backend, req, tx, true));
+        rx
+    }
+
+    /// Runs a request's work in the caller's span (the downstream request), so its logs carry
+    /// it, and as an `Inline` task, as the connections it talks to.
+    fn spawn_work(&self, task: BoxFuture<'static, ()>) {
         self.tasks.spawn(crate::wake::Inline::new(
             task.instrument(tracing::Span::current()),
         ));
-        rx
     }
 
     async fn plain(&self, backend: usize, req: Request) -> Result<Value, ErrorObject> {
