@@ -7,8 +7,9 @@
 //!
 //! [`Inline`] polls such a future again at once, in the same poll, a few times at most; a
 //! wake-up that comes from elsewhere, or while it is not being polled, goes to the task's own
-//! waker as before. The gateway runs its client connections, the work of each request and its
-//! upstream HTTP connections this way.
+//! waker as before. The gateway runs its client connections and its upstream HTTP connections
+//! this way. The work of each request is a plain task: it hands its replies to the client's
+//! connection, which should run next.
 
 use futures_util::task::AtomicWaker;
 use std::future::Future;

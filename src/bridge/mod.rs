@@ -213,11 +213,11 @@ impl Bridge {
     }
 
     /// Runs a request's work in the caller's span (the downstream request), so its logs carry
-    /// it, and as an `Inline` task, as the connections it talks to.
+    /// it. Unlike the connections it talks to, it is a plain task, not an `Inline` one: it hands
+    /// its replies to the client's connection, which should run as soon as it is woken, not
+    /// after this task has polled itself again.
     fn spawn_work(&self, task: BoxFuture<'static, ()>) {
-        self.tasks.spawn(crate::wake::Inline::new(
-            task.instrument(tracing::Span::current()),
-        ));
+        self.tasks.spawn(task.instrument(tracing::Span::current()));
     }
 
     async fn plain(&self, backend: usize, req: Request) -> Result<Value, ErrorObject> {
