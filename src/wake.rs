@@ -7,9 +7,10 @@
 //!
 //! [`Inline`] polls such a future again at once, in the same poll, a few times at most; a
 //! wake-up that comes from elsewhere, or while it is not being polled, goes to the task's own
-//! waker as before. The gateway runs its client connections and its upstream HTTP connections
-//! this way. The work of each request is a plain task: it hands its replies to the client's
-//! connection, which should run next.
+//! waker as before. The gateway runs its client connections this way. Other tasks stay plain:
+//! the work of each request and hyper's upstream connections hand what they produce to another
+//! task (the reply to the client's connection, the backend's answer to the request's work),
+//! and the task they wake should run next, not after they have polled themselves again.
 
 use futures_util::task::AtomicWaker;
 use std::future::Future;
@@ -116,20 +117,6 @@ impl<F: Future> Future for Inline<F> {
             }
             again += 1;
         }
-    }
-}
-
-/// Runs hyper's client connections as [`Inline`] tasks on the current runtime.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Executor;
-
-impl<F> hyper::rt::Executor<F> for Executor
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn execute(&self, fut: F) {
-        tokio::spawn(Inline::new(fut));
     }
 }
 

@@ -213,9 +213,9 @@ impl Bridge {
     }
 
     /// Runs a request's work in the caller's span (the downstream request), so its logs carry
-    /// it. Unlike the connections it talks to, it is a plain task, not an `Inline` one: it hands
-    /// its replies to the client's connection, which should run as soon as it is woken, not
-    /// after this task has polled itself again.
+    /// it. It is a plain task, not an `Inline` one: it hands its replies to the client's
+    /// connection, which should run as soon as it is woken, not after this task has polled
+    /// itself again.
     fn spawn_work(&self, task: BoxFuture<'static, ()>) {
         self.tasks.spawn(task.instrument(tracing::Span::current()));
     }

@@ -59,7 +59,7 @@ pub fn client(cfg: &Config, pool_max: usize) -> Client {
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    hyper_util::client::legacy::Client::builder(crate::wake::Executor)
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         // A parked call keeps its POST stream open: a fixed 4 KiB read buffer per connection
         // (instead of one that starts at 8 KiB and grows) bounds what each one holds. Bodies
         // stream through it in pieces; only a response head must fit.
