@@ -481,14 +481,17 @@ backend the call's own task POSTs the request and reads the answer (no session t
 so the gateway's part is: read and check the client's request (`jsonrpc::parse` is {} for a \
 small body), one HTTP exchange with the backend over a pooled keep-alive connection (hyper's \
 client runs that connection in a task of its own: one hand-over each way), and write the reply. \
-Client connections, each request's work and the upstream connections run as `Inline` tasks \
-(`src/wake.rs`): a task that wakes itself while it runs (the halves of a hyper connection hand \
-the request, its body and the reply to each other that way) is polled again at once, instead of \
-going back through the runtime's queue, which wakes the other worker thread and may move the \
-task to it. In nine alternating pairs of short harness runs (`--duration 6 --slices 3 \
---rounds 300`, a build before that change against one after, one run at a time) it took the \
-gateway's CPU per pass-through call from a median of 164 µs to 144 µs, and what the gateway adds \
-at p50 from 221 µs to 185 µs (lower in eight pairs of the nine). \
+Client connections run as `Inline` tasks (`src/wake.rs`): a task that wakes itself while it \
+runs (the halves of a hyper connection hand the request, its body and the reply to each other \
+that way) is polled again at once, instead of going back through the runtime's queue, which \
+wakes the other worker thread and may move the task to it. In nine alternating pairs of short \
+harness runs (`--duration 6 --slices 3 --rounds 300`, a build before that change against one \
+after, which also ran each request's work and the upstream connections that way, one run at a \
+time) it took the gateway's CPU per pass-through call from a median of 164 µs to 144 µs, and \
+what the gateway adds at p50 from 221 µs to 185 µs (lower in eight pairs of the nine). Each \
+request's work and the upstream connections are plain tasks again (see (b)); in four \
+alternating rounds against the build with all three `Inline`, what the gateway adds at p50 was \
+180 to 219 µs against 210 to 250 µs. \
 A `perf` profile of the gateway at 2,000 req/s puts most of its CPU in the kernel: context \
 switches and wake-ups first (each request wakes a sleeping worker thread when it arrives from the \
 client and again when the backend answers), then loopback TCP; `malloc`/`free` take about 8%. \
@@ -593,11 +596,18 @@ top, `malloc` next. Timestamps placed along the retry path in a one-off build (n
 medians of 1,000 sequential rounds on one worker thread: reading the body about 40 µs, parsing \
 it 16 µs, header and principal checks 9 µs, the spawned phase's first poll 40 µs, checking the \
 state 17 µs, the hand-over to the parked call 9 µs, building the answer and handing it to \
-hyper 13 µs (measured before the `Inline` tasks of (a)). In the nine pairs of (a), those tasks \
-shortened the stretch from reading the retry to writing the answer upstream (median 125 µs \
-against 138 µs) and lengthened the one from the tool's result to the reply (97 µs against \
-63 µs): a task that polls itself again goes before the task it has just woken, which is the \
-next step of the reply. The round as a whole came to 221 µs against 206 µs at the median. \
+hyper 13 µs (measured before the `Inline` tasks of (a)). In the nine pairs of (a), `Inline` \
+tasks for the connections and for each request's work shortened the stretch from reading the \
+retry to writing the answer upstream (median 125 µs against 138 µs) and lengthened the one from \
+the tool's result to the reply (97 µs against 63 µs): a task that polls itself again goes before \
+the task it has just woken, which is the next step of the reply. So each request's work, which \
+hands the reply to the client's connection, and hyper's upstream connections, which hand the \
+backend's answer to the request's work, are plain tasks again. In alternating rounds of short \
+runs (`--duration 6 --slices 3 --rounds 300 --park 200`), a plain task for each request's work \
+took the reply half from a median of 100 µs to 78 µs against the build with all three \
+`Inline` (shorter in all seven rounds), and the round from 228 µs to 207 µs; plain upstream \
+connections as well took the round to a median of 200 µs against 205 µs with the first change \
+alone (lower in seven rounds of eight). \
 Criterion measures the same work several times faster: it runs hot, while between \
 sequential rounds the machine idles (the first request of each call waits out the default 10 ms \
 coalescing window), so every retry starts on cold caches and a halted virtual CPU. Handing a retry \
