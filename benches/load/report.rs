@@ -607,7 +607,7 @@ runs (`--duration 6 --slices 3 --rounds 300 --park 200`), a plain task for each 
 took the reply half from a median of 100 µs to 78 µs against the build with all three \
 `Inline` (shorter in all seven rounds), and the round from 228 µs to 207 µs; plain upstream \
 connections as well took the round to a median of 200 µs against 205 µs with the first change \
-alone (lower in seven rounds of eight). \
+alone (lower in six rounds of eight). \
 Criterion measures the same work several times faster: it runs hot, while between \
 sequential rounds the machine idles (the first request of each call waits out the default 10 ms \
 coalescing window), so every retry starts on cold caches and a halted virtual CPU. Handing a retry \
