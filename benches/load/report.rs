@@ -491,7 +491,12 @@ time) it took the gateway's CPU per pass-through call from a median of 164 µs t
 what the gateway adds at p50 from 221 µs to 185 µs (lower in eight pairs of the nine). Each \
 request's work and the upstream connections are plain tasks again (see (b)); in four \
 alternating rounds against the build with all three `Inline`, what the gateway adds at p50 was \
-180 to 219 µs against 210 to 250 µs. \
+180 to 219 µs against 210 to 250 µs. Running each request's work in the task of its client's \
+connection until its first reply, so that a pass-through call crosses no task boundary inside \
+the gateway but the upstream connection's, moved neither that figure nor the CPU per call \
+beyond the noise in four alternating rounds (added 199 to 223 µs against 174 to 259 µs; CPU 144 \
+to 160 µs against 132 to 169 µs), and was not kept: the wake-ups that cost are the sockets' \
+(the request arriving, the backend's answer), below. \
 A `perf` profile of the gateway at 2,000 req/s puts most of its CPU in the kernel: context \
 switches and wake-ups first (each request wakes a sleeping worker thread when it arrives from the \
 client and again when the backend answers), then loopback TCP; `malloc`/`free` take about 8%. \
