@@ -88,7 +88,7 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::LegacyServer(opts) => {
             app::init_tracing(LogFormat::Text, "warn");
-            let rt = runtime(None);
+            let rt = runtime();
             let outcome = rt.block_on(crate::legacy_server::run(opts));
             // A blocking stdin read may still be pending; do not wait for it.
             rt.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -108,19 +108,31 @@ fn config_error(e: &crate::config::ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-/// The runtime: `workers` threads, or tokio's default (one per CPU, `TOKIO_WORKER_THREADS`).
-fn runtime(workers: Option<usize>) -> tokio::runtime::Runtime {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
-        builder.worker_threads(n);
-    }
-    builder.enable_all().build().expect("tokio runtime")
+/// The built-in legacy server's runtime: tokio's default (one worker per CPU,
+/// `TOKIO_WORKER_THREADS`).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
+/// Serves on `worker_threads` shards (`crate::shard`); the main thread's runtime runs the
+/// accept loops, the admin listener and the drain.
 fn serve(config: Config, demo: bool) -> ExitCode {
     app::init_tracing(config.log.format, &config.log.level);
-    let rt = runtime(Some(config.server.worker_threads));
-    rt.block_on(async move {
+    let main = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let main =
+        match main.and_then(|rt| crate::shard::start(config.server.worker_threads).map(|()| rt)) {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("mrtr-gateway: cannot start the runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    let code = main.block_on(async move {
         let running = match app::start(config).await {
             Ok(r) => r,
             Err(e) => {
@@ -142,7 +154,9 @@ fn serve(config: Config, demo: bool) -> ExitCode {
         }
         running.until_signal().await;
         ExitCode::SUCCESS
-    })
+    });
+    crate::shard::stop();
+    code
 }
 
 /// The demo: the built-in legacy server, started from this same binary.

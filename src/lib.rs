@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod probe;
 pub mod protocol;
 pub mod seal;
+pub mod shard;
 pub mod sse;
 pub mod upstream;
 pub mod wake;

@@ -2,8 +2,8 @@
 //! port): at most `max_connections` open at once, HTTP/1.1 with a header deadline, a back-off
 //! when accepting fails (out of descriptors), and on `stop` each connection finishes the
 //! request in flight. The caller gets the connections back to decide how long to wait for them.
-//! Each connection is an [`Inline`](crate::wake::Inline) task: the hand-overs between its halves
-//! do not go through the runtime's queue.
+//! Each connection runs on a shard ([`crate::shard`]) as an [`Inline`](crate::wake::Inline) task:
+//! the hand-overs between its halves do not go through the runtime's queue.
 
 use crate::downstream::http::Body;
 use hyper::body::Incoming;
@@ -62,27 +62,29 @@ where
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let stop = stop.clone();
-        connections.spawn(crate::wake::Inline::new(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req| {
-                let reply = handle(req, peer);
-                async move { Ok::<_, std::convert::Infallible>(reply.await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r {
-                    tracing::debug!(listener = limits.name, %peer, "connection ended: {e}")
-                },
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+        crate::shard::spawn_connection(connections.track_future(crate::wake::Inline::new(
+            async move {
+                let _permit = permit;
+                let service = hyper::service::service_fn(move |req| {
+                    let reply = handle(req, peer);
+                    async move { Ok::<_, std::convert::Infallible>(reply.await) }
+                });
+                let conn = http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout)
+                    .serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(conn);
+                tokio::select! {
+                    r = conn.as_mut() => if let Err(e) = r {
+                        tracing::debug!(listener = limits.name, %peer, "connection ended: {e}")
+                    },
+                    _ = stop.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
                 }
-            }
-        }));
+            },
+        )));
     }
     drop(listener);
     connections.close();

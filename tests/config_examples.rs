@@ -113,19 +113,40 @@ fn keygen_prints_a_key_that_the_config_accepts() {
     );
 }
 
-/// Threads of process `pid` named `tokio-rt-worker` (the runtime's workers).
+/// Threads of process `pid` that are shards (`mrtr-shard-N`).
 #[cfg(target_os = "linux")]
-fn runtime_workers(pid: u32) -> usize {
+fn shard_threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("task list")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "tokio-rt-worker")
+        .filter(|name| name.starts_with("mrtr-shard-"))
         .count()
+}
+
+/// One `tools/call echo` over a plain socket; the raw HTTP response.
+fn echo_call(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"on a shard"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: echo\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = conn.read_to_string(&mut response);
+    response
 }
 
 #[cfg(target_os = "linux")]
 #[test]
-fn serve_runs_as_many_worker_threads_as_configured() {
+fn serve_runs_as_many_shards_as_configured_and_stops_them_on_sigterm() {
     use std::io::BufRead;
     for workers in [1, 3] {
         let path = std::env::temp_dir().join(format!(
@@ -135,7 +156,8 @@ fn serve_runs_as_many_worker_threads_as_configured() {
         std::fs::write(
             &path,
             format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {workers}\n\
+                "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {workers}\nshutdown_grace = \"2s\"\n\
+                 [fleet]\ndrain_grace = \"1s\"\n\
                  [[backend]]\nname = \"b\"\nkind = \"builtin\"\n"
             ),
         )
@@ -148,23 +170,45 @@ fn serve_runs_as_many_worker_threads_as_configured() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start gateway");
-        // The listening line comes once the runtime is up.
         let stdout = child.stdout.take().expect("stdout");
-        let started = std::io::BufReader::new(stdout)
+        let addr = std::io::BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
-            .any(|l| l.starts_with("mrtr-gateway listening on"));
-        // A worker names itself once it runs, which may come after that line: wait for them.
+            .find_map(|l| {
+                let url = l.strip_prefix("mrtr-gateway listening on http://")?;
+                Some(url.split('/').next()?.to_string())
+            });
+        // A shard names itself once its thread runs: wait for them.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut seen = runtime_workers(child.id());
+        let mut seen = shard_threads(child.id());
         while seen < workers && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
-            seen = runtime_workers(child.id());
+            seen = shard_threads(child.id());
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        let answer = addr.as_deref().map(echo_call).unwrap_or_default();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let exited = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                _ if std::time::Instant::now() > deadline => break None,
+                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        };
+        if exited.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_file(&path);
-        assert!(started, "the gateway did not start");
+        assert!(addr.is_some(), "the gateway did not start");
         assert_eq!(seen, workers, "worker_threads = {workers}");
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.contains("on a shard"),
+            "echo through a shard: {answer}"
+        );
+        let status = exited.expect("the gateway exits on SIGTERM, its shards stopped");
+        assert!(status.success(), "exit status {status}");
     }
 }

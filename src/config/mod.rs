@@ -135,7 +135,8 @@ pub struct Server {
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
-    /// Threads that run the gateway's work: one per CPU the process may use unless set.
+    /// Threads that serve client connections (`crate::shard`): one per CPU the process may use
+    /// unless set.
     pub worker_threads: usize,
 }
 

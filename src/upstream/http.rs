@@ -31,9 +31,28 @@ use tokio_util::task::TaskTracker;
 /// Where a stream's messages go: the session task's queue, or a call reading its own stream.
 pub(crate) type Sink = mpsc::Sender<Box<Inbound>>;
 
-/// The pooled HTTP(S) client of one backend.
-pub type Client =
+/// One keep-alive pool of HTTP(S) connections.
+type Pooled =
     hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The HTTP(S) client of one backend: a keep-alive pool for each shard, and one for the other
+/// threads. A request goes out on its own shard's connections, whose tasks run on that shard
+/// (hyper runs each connection as a task of the runtime that opened it), so the exchange stays
+/// on one thread.
+#[derive(Debug, Clone)]
+pub struct Client(Arc<[Pooled]>);
+
+impl Client {
+    /// Sends `req` on a connection of this thread's pool.
+    pub fn request(
+        &self,
+        req: http::Request<Full<Bytes>>,
+    ) -> hyper_util::client::legacy::ResponseFuture {
+        let elsewhere = self.0.len() - 1;
+        let shard = crate::shard::current().unwrap_or(elsewhere);
+        self.0[shard.min(elsewhere)].request(req)
+    }
+}
 
 /// How many times one request's stream is resumed with `Last-Event-ID` before giving up.
 const MAX_RESUMES: u32 = 5;
@@ -50,6 +69,11 @@ const SNIPPET: usize = 160;
 /// Builds the client for one backend: keep-alive pool, connect timeout, TLS with the bundled
 /// Mozilla roots for `https` URLs.
 pub fn client(cfg: &Config, pool_max: usize) -> Client {
+    let pools = crate::shard::count() + 1;
+    Client((0..pools).map(|_| pooled(cfg, pool_max)).collect())
+}
+
+fn pooled(cfg: &Config, pool_max: usize) -> Pooled {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_nodelay(true);
