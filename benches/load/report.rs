@@ -439,7 +439,7 @@ as the issue defines it (retry received to reply written, beyond the backend's o
 is the stretch from answer written to result read). It leaves out the client's HTTP exchange \
 with the gateway, which the end-to-end figure also counts.\n\
 - Byte relay (HTTP backend): a process that only copies bytes between a client's connection and \
-the fixture (`benches/load/relay.rs`, tokio with two workers, as the gateway), in the gateway's \
+the fixture (`benches/load/relay.rs`, tokio with two worker threads, as the gateway has two shards), in the gateway's \
 place. The direct client's (a) and (b) are run through it too, in the same alternation: it shows \
 what one more process on the path costs on this machine before any proxy does any work.\n\
 - (c) After (a) and (b), with the gateway idle (`pool_max` and `max_parked_*` raised, \
@@ -481,27 +481,31 @@ backend the call's own task POSTs the request and reads the answer (no session t
 so the gateway's part is: read and check the client's request (`jsonrpc::parse` is {} for a \
 small body), one HTTP exchange with the backend over a pooled keep-alive connection (hyper's \
 client runs that connection in a task of its own: one hand-over each way), and write the reply. \
-Client connections run as `Inline` tasks (`src/wake.rs`): a task that wakes itself while it \
-runs (the halves of a hyper connection hand the request, its body and the reply to each other \
-that way) is polled again at once, instead of going back through the runtime's queue, which \
-wakes the other worker thread and may move the task to it. In nine alternating pairs of short \
-harness runs (`--duration 6 --slices 3 --rounds 300`, a build before that change against one \
-after, which also ran each request's work and the upstream connections that way, one run at a \
-time) it took the gateway's CPU per pass-through call from a median of 164 µs to 144 µs, and \
-what the gateway adds at p50 from 221 µs to 185 µs (lower in eight pairs of the nine). Each \
-request's work and the upstream connections are plain tasks again (see (b)); in four \
-alternating rounds against the build with all three `Inline`, what the gateway adds at p50 was \
-180 to 219 µs against 210 to 250 µs. Running each request's work in the task of its client's \
-connection until its first reply, so that a pass-through call crosses no task boundary inside \
-the gateway but the upstream connection's, moved neither that figure nor the CPU per call \
-beyond the noise in four alternating rounds (added 199 to 223 µs against 174 to 259 µs; CPU 144 \
-to 160 µs against 132 to 169 µs), and was not kept: the wake-ups that cost are the sockets' \
-(the request arriving, the backend's answer), below. \
-A `perf` profile of the gateway at 2,000 req/s puts most of its CPU in the kernel: context \
-switches and wake-ups first (each request wakes a sleeping worker thread when it arrives from the \
-client and again when the backend answers), then loopback TCP; `malloc`/`free` take about 8%. \
+All of it happens on one thread: the gateway serves client connections on shards \
+(`src/shard.rs`), one single-threaded runtime per worker thread, and a connection stays on its \
+shard with its requests' work and the upstream connections they use (each shard keeps its own \
+keep-alive pool). On tokio's work-stealing runtime, which the gateway used before, most of \
+those hand-overs woke the other worker thread, often to find nothing to do. In four alternating \
+pairs of short harness runs (`--duration 6 --slices 3 --rounds 300 --park 200`, the build before \
+against the build with shards, one run at a time) what the gateway adds at p50 went from 184 to \
+233 µs to 145 to 168 µs, lower in all four pairs; the byte relay, measured in the same runs, \
+added 86 to 121 µs against 68 to 100 µs, so beyond the relay the gateway went from 85 to 112 µs \
+to 56 to 78 µs. Its CPU per call did not move beyond the noise (127 to 152 µs against 133 to \
+167 µs). Client connections are `Inline` tasks (`src/wake.rs`): a task that wakes itself while \
+it runs (the halves of a hyper connection hand the request, its body and the reply to each other \
+that way) is polled again at once instead of going back through the runtime's queue; on the \
+work-stealing runtime, in nine alternating pairs, that took the gateway's CPU per pass-through \
+call from a median of 164 µs to 144 µs and what it adds at p50 from 221 µs to 185 µs. Each \
+request's work and the upstream connections are plain tasks (see (b)). Running each request's \
+work in the task of its client's connection until its first reply moved neither that figure nor \
+the CPU per call beyond the noise in four alternating rounds, and was not kept. \
+A `perf` profile of the gateway at 2,000 req/s puts a little under half of its CPU (44%) in the kernel: context \
+switches and wake-ups first (a shard that has gone to sleep is woken when a request arrives from \
+the client and again when the backend answers), then loopback TCP; the rest is spread thin \
+over hyper's server and client, `serde_json` and the gateway's own code, with \
+`malloc`, `free` and `memmove` on top at about 14% of the gateway's samples. \
 {} The added latency is those two extra wake-ups on a virtual machine plus the gateway's CPU \
-time, plus waiting for a CPU: the client, the gateway (two runtime workers) and the backend share \
+time, plus waiting for a CPU: the client, the gateway (two shards) and the backend share \
 two CPUs with other work (load average above). The p99 is that wait at its worst.{}",
         us(g.gateway_run_us),
         us(g.gateway_wait_us),
@@ -525,10 +529,10 @@ and {} at p99 with {} of CPU per call: what the extra process on the path costs 
     if let Some(t) = &r.threads {
         let _ = writeln!(
             s,
-            "- (a) and (b) with `worker_threads = {n}`: a second gateway, the same but for its \
-runtime threads, took its turn in the same alternation. Its CPU per pass-through call was {} \
-(against {} with the default), and its threads waited {} for a CPU (against {}): with fewer \
-workers, fewer sleeping threads are woken per request. It added {} at p50 to a pass-through \
+            "- (a) and (b) with `worker_threads = {n}`: a second gateway, the same but with one \
+shard, took its turn in the same alternation. Its CPU per pass-through call was {} (against {} \
+with the default), and its threads waited {} for a CPU (against {}): one shard's thread, busier, \
+is more often awake already when a request arrives. It added {} at p50 to a pass-through \
 call (the default: {}){}. Inside the gateway its resume round took {} at p50 (the default: {}).",
             us(t.cpu.gateway_run_us),
             us(g.gateway_run_us),
@@ -591,8 +595,8 @@ upstream itself over a pooled keep-alive connection (hyper's client writes from 
 connection's own task: one more hand-over), then, when the result arrives on the call's \
 still-open POST stream, handing the reply back to the client's connection. The JSON work is a \
 few microseconds (one whole round of translate, seal, build and serialize is {round_cpu}); the \
-rest is hand-overs between tasks, the worker threads they wake on this virtual machine, and the \
-system calls themselves (on loopback, a `writev` delivers to the peer's socket and wakes the \
+rest is hand-overs between tasks, waking the shard's thread where it has gone to sleep on this \
+virtual machine, and the system calls themselves (on loopback, a `writev` delivers to the peer's socket and wakes the \
 peer in the writer's time). End to end the client sees {} more than the direct client at p50: \
 that also counts the client's own HTTP exchange with the gateway, two more wake-ups of a \
 process.{relay} The gateway's CPU per MRTR call (both requests) was {}, and its threads waited \
@@ -612,7 +616,9 @@ runs (`--duration 6 --slices 3 --rounds 300 --park 200`), a plain task for each 
 took the reply half from a median of 100 µs to 78 µs against the build with all three \
 `Inline` (shorter in all seven rounds), and the round from 228 µs to 207 µs; plain upstream \
 connections as well took the round to a median of 200 µs against 205 µs with the first change \
-alone (lower in six rounds of eight). \
+alone (lower in six rounds of eight). Shards (see (a)) keep a retry on one thread when it comes \
+on the connection of the call's first request, as here; in the four pairs of (a) the round took \
+139 to 190 µs against 162 to 231 µs, within the noise of sequential rounds. \
 Criterion measures the same work several times faster: it runs hot, while between \
 sequential rounds the machine idles (the first request of each call waits out the default 10 ms \
 coalescing window), so every retry starts on cold caches and a halted virtual CPU. Handing a retry \
@@ -691,7 +697,7 @@ session, and again when it parks; a refused call gets -32000. Here the {} refuse
 the gateway's RSS by {:+} KiB ({:+.1} KiB each: allocator slack, not held parks). \
 {bound}\n\n\
 The `perf` profiles and `strace` sequences above come from the gateway process on this \
-machine while the harness ran (`perf record -p PID`); they are not rerun by `{command}` (the \
+machine while the harness ran (`perf record -p PID`, or `perf record -a` read for the gateway's threads); they are not rerun by `{command}` (the \
 traced split of (b) is: the harness records it itself).{vm}",
         l.refused_beyond,
         l.rss_after_refusals_kib as i64 - l.rss_at_limit_kib as i64,
