@@ -22,9 +22,10 @@
 //! sessions and the pool), [`bridge`] (calls, parking, resume, expiry, replay), [`fleet`] (the
 //! internal hop that forwards a retry to the replica holding its call), [`seal`] (the only
 //! crypto), [`sse`], [`metrics`] (typed Prometheus metrics), [`admin`] (the `/metrics`,
-//! `/healthz`, `/readyz` listener), [`listener`] (the one accept loop), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the
-//! `health` command), and [`legacy_server`] (the built-in legacy server used by `demo` and the
-//! tests).
+//! `/healthz`, `/readyz` listener), [`listener`] (the one accept loop), [`shard`] (the threads
+//! that serve connections, each with a runtime of its own), [`wake`] (tasks polled again when
+//! they wake themselves), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the `health`
+//! command), and [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
 #![forbid(unsafe_code)]
 
 pub mod admin;
