@@ -69,28 +69,27 @@ const SNIPPET: usize = 160;
 /// Builds the client for one backend: keep-alive pool, connect timeout, TLS with the bundled
 /// Mozilla roots for `https` URLs.
 pub fn client(cfg: &Config, pool_max: usize) -> Client {
-    let pools = crate::shard::count() + 1;
-    Client((0..pools).map(|_| pooled(cfg, pool_max)).collect())
-}
-
-fn pooled(cfg: &Config, pool_max: usize) -> Pooled {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_nodelay(true);
     http.enforce_http(false);
+    // One TLS configuration (and root store) for all the pools.
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_webpki_roots()
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        // A parked call keeps its POST stream open: a fixed 4 KiB read buffer per connection
-        // (instead of one that starts at 8 KiB and grows) bounds what each one holds. Bodies
-        // stream through it in pieces; only a response head must fit.
-        .http1_read_buf_exact_size(4096)
-        .pool_max_idle_per_host(pool_max)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(connector)
+    let pool = || {
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            // A parked call keeps its POST stream open: a fixed 4 KiB read buffer per connection
+            // (instead of one that starts at 8 KiB and grows) bounds what each one holds. Bodies
+            // stream through it in pieces; only a response head must fit.
+            .http1_read_buf_exact_size(4096)
+            .pool_max_idle_per_host(pool_max)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector.clone())
+    };
+    Client((0..=crate::shard::count()).map(|_| pool()).collect())
 }
 
 /// What the HTTP transports share with the tasks they spawn.
