@@ -215,38 +215,45 @@ pub fn from_value(value: Value) -> Result<Message, FrameError> {
 }
 
 impl Message {
-    pub fn to_value(&self) -> Value {
+    /// The message as JSON, its params moved in (not copied).
+    pub fn into_value(self) -> Value {
+        let mut m = Map::new();
+        m.insert("jsonrpc".into(), Value::String("2.0".into()));
         match self {
             Message::Request { id, method, params } => {
-                let mut m = Map::new();
-                m.insert("jsonrpc".into(), json!("2.0"));
-                m.insert("id".into(), json!(id));
-                m.insert("method".into(), json!(method));
+                m.insert("id".into(), id_value(Some(&id)));
+                m.insert("method".into(), Value::String(method));
                 if let Some(p) = params {
-                    m.insert("params".into(), p.clone());
+                    m.insert("params".into(), p);
                 }
-                Value::Object(m)
             }
             Message::Notification { method, params } => {
-                let mut m = Map::new();
-                m.insert("jsonrpc".into(), json!("2.0"));
-                m.insert("method".into(), json!(method));
+                m.insert("method".into(), Value::String(method));
                 if let Some(p) = params {
-                    m.insert("params".into(), p.clone());
+                    m.insert("params".into(), p);
                 }
-                Value::Object(m)
             }
-            Message::Response { id, outcome } => response(Some(id), outcome.clone()),
+            Message::Response { id, outcome } => return response(Some(&id), outcome),
         }
+        Value::Object(m)
     }
 }
 
-/// A response object; `id` is `None` only for errors about a message whose id is unknown.
+/// A response object; `id` is `None` only for errors about a message whose id is unknown. The
+/// result is moved in, not copied (as `json!` would).
 pub fn response(id: Option<&Id>, outcome: Result<Value, ErrorObject>) -> Value {
+    let mut m = Map::new();
+    m.insert("jsonrpc".into(), Value::String("2.0".into()));
+    m.insert("id".into(), id_value(id));
     match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-    }
+        Ok(result) => m.insert("result".into(), result),
+        Err(error) => m.insert("error".into(), json!(error)),
+    };
+    Value::Object(m)
+}
+
+fn id_value(id: Option<&Id>) -> Value {
+    serde_json::to_value(id).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]

@@ -29,7 +29,27 @@ impl fmt::Debug for Digest {
 }
 
 pub fn digest(bytes: &[u8]) -> Digest {
-    let d = sha::digest(&sha::SHA256, bytes);
+    finish(sha::digest(&sha::SHA256, bytes))
+}
+
+/// SHA-256 of JSON text as `serde_json` writes it, hashed as it is written (nothing buffered).
+pub fn digest_json<T: Serialize>(value: &T) -> Digest {
+    struct Hasher(sha::Context);
+    impl std::io::Write for Hasher {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = Hasher(sha::Context::new(&sha::SHA256));
+    serde_json::to_writer(&mut h, value).expect("writing to a hash does not fail");
+    finish(h.0.finish())
+}
+
+fn finish(d: sha::Digest) -> Digest {
     let mut out = [0u8; 32];
     out.copy_from_slice(d.as_ref());
     Digest(out)

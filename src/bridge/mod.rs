@@ -406,14 +406,22 @@ impl Bridge {
 
     /// Digest binding a requestState to its originating request.
     pub fn request_digest(method: &str, params: &Map<String, Value>) -> Digest {
-        let salient = json!({
-            "method": method,
-            "name": params.get("name"),
-            "uri": params.get("uri"),
-            "arguments": params.get("arguments"),
-        });
-        // serde_json maps are ordered by key, so this encoding is canonical.
-        seal::digest(&serde_json::to_vec(&salient).expect("JSON values serialize"))
+        /// The fields in key order, as a `serde_json` object of them is written (maps are
+        /// ordered by key), so the encoding is canonical and stays the one states already
+        /// sealed were bound to; an absent field is `null`.
+        #[derive(serde::Serialize)]
+        struct Salient<'a> {
+            arguments: Option<&'a Value>,
+            method: &'a str,
+            name: Option<&'a Value>,
+            uri: Option<&'a Value>,
+        }
+        seal::digest_json(&Salient {
+            arguments: params.get("arguments"),
+            method,
+            name: params.get("name"),
+            uri: params.get("uri"),
+        })
     }
 }
 
@@ -466,6 +474,24 @@ pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_digest_is_the_sha256_of_the_canonical_object_of_its_fields() {
+        let params: Map<String, Value> = serde_json::from_str(
+            r#"{"name":"t","arguments":{"b":[1,{"z":null,"a":"é\n"}],"a":1.5},"_meta":{"x":1}}"#,
+        )
+        .unwrap();
+        let object = json!({
+            "method": "tools/call",
+            "name": params.get("name"),
+            "uri": params.get("uri"),
+            "arguments": params.get("arguments"),
+        });
+        assert_eq!(
+            Bridge::request_digest("tools/call", &params),
+            seal::digest(&serde_json::to_vec(&object).unwrap())
+        );
+    }
 
     #[test]
     fn request_digest_ignores_key_order_and_meta() {

@@ -451,7 +451,7 @@ impl Session {
             method: method.to_owned(),
             params,
         }
-        .to_value();
+        .into_value();
         let (sink, own) = mpsc::channel(CALL_EVENTS);
         let mark = direct.releases_parked().then(Mark::default);
         let pump = direct.post(id.clone(), method.to_owned(), msg, sink, mark.clone());
@@ -489,7 +489,7 @@ impl Session {
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
         let method = method.to_owned();
         if let Some(direct) = &self.inner.direct {
-            let msg = Message::Notification { method, params }.to_value();
+            let msg = Message::Notification { method, params }.into_value();
             return self.send_direct(direct, msg).await;
         }
         self.inner
@@ -582,7 +582,7 @@ impl Router {
         let mut params = params;
         let progress = rewrite_progress(&id, params.as_mut());
         self.register(id.clone(), tx, progress, interactive).await;
-        Message::Request { id, method, params }.to_value()
+        Message::Request { id, method, params }.into_value()
     }
 
     /// Routes the session's requests (if `interactive`) and the progress of `progress` to a call.
@@ -897,7 +897,10 @@ where
         params: Some(params),
     };
     let handshake = async {
-        transport.send(init.to_value()).await.map_err(&init_error)?;
+        transport
+            .send(init.into_value())
+            .await
+            .map_err(&init_error)?;
         loop {
             match transport.recv().await {
                 Inbound::Message(Message::Response {
@@ -953,7 +956,7 @@ where
         method: "notifications/initialized".into(),
         params: None,
     };
-    if let Err(e) = transport.send(initialized.to_value()).await {
+    if let Err(e) = transport.send(initialized.into_value()).await {
         transport.close().await;
         on_exit.await;
         return Err(init_error(e));
@@ -1007,7 +1010,7 @@ async fn run<T: Transport>(
                 while let Ok(cmd) = cmds.try_recv() {
                     let msg = match *cmd {
                         Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
-                        Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
+                        Cmd::Notify { method, params } => Message::Notification { method, params }.into_value(),
                         Cmd::Request { events, .. } | Cmd::Register { events, .. } => {
                             events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
                             continue;
@@ -1032,7 +1035,7 @@ async fn run<T: Transport>(
                         router.start(id, events, method, params, interactive).await
                     }
                     Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
-                    Cmd::Notify { method, params } => Message::Notification { method, params }.to_value(),
+                    Cmd::Notify { method, params } => Message::Notification { method, params }.into_value(),
                     Cmd::Forget { id } => { router.forget(&id); continue; }
                     Cmd::Register { id, progress, interactive, events } => {
                         router.register(id, events, progress, interactive).await;
