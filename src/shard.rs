@@ -55,6 +55,8 @@ struct Shard {
 /// Starts `n` shards for this process. Fails if they cannot be made, or were made before.
 pub fn start(n: usize) -> std::io::Result<()> {
     let stop = CancellationToken::new();
+    // Threads already started end if a later one cannot be.
+    let on_error = stop.clone().drop_guard();
     let mut shards = Vec::with_capacity(n);
     for index in 0..n {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -76,6 +78,7 @@ pub fn start(n: usize) -> std::io::Result<()> {
             thread: Mutex::new(Some(thread)),
         });
     }
+    on_error.disarm();
     let made = Shards { shards, stop };
     SHARDS.set(made).map_err(|made| {
         made.stop.cancel();
