@@ -487,10 +487,10 @@ shard with its requests' work and the upstream connections they use (each shard 
 keep-alive pool). On tokio's work-stealing runtime, which the gateway used before, most of \
 those hand-overs woke the other worker thread, often to find nothing to do. In four alternating \
 pairs of short harness runs (`--duration 6 --slices 3 --rounds 300 --park 200`, the build before \
-against the build with shards, one run at a time) what the gateway adds at p50 went from 184 to \
-233 µs to 145 to 168 µs, lower in all four pairs; the byte relay, measured in the same runs, \
-added 86 to 121 µs against 68 to 100 µs, so beyond the relay the gateway went from 85 to 112 µs \
-to 56 to 78 µs. Its CPU per call did not move beyond the noise (127 to 152 µs against 133 to \
+against the build with shards, one run at a time) what the gateway adds at p50 went from between \
+184 and 233 µs to between 145 and 168 µs, lower in all four pairs; the byte relay, measured in the same runs, \
+added 86 to 121 µs against 68 to 100 µs, so beyond the relay the gateway went from between \
+85 and 112 µs to between 56 and 78 µs. Its CPU per call did not move beyond the noise (127 to 152 µs against 133 to \
 167 µs). Client connections are `Inline` tasks (`src/wake.rs`): a task that wakes itself while \
 it runs (the halves of a hyper connection hand the request, its body and the reply to each other \
 that way) is polled again at once instead of going back through the runtime's queue; on the \
