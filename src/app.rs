@@ -223,7 +223,7 @@ async fn accept_loop(
     let limits = crate::listener::Limits {
         name: "mcp",
         max_connections,
-        header_read_timeout: std::time::Duration::from_secs(30),
+        header_read_timeout: bridge.config.server.header_timeout,
     };
     let engine = bridge.clone();
     let connections = crate::listener::serve(listener, limits, stop, move |req, _| {

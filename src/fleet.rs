@@ -358,7 +358,7 @@ pub async fn serve_internal(listener: TcpListener, bridge: Arc<Bridge>, stop: Ca
     let limits = crate::listener::Limits {
         name: "internal",
         max_connections: bridge.config.server.max_connections,
-        header_read_timeout: Duration::from_secs(30),
+        header_read_timeout: bridge.config.server.header_timeout,
     };
     let grace = bridge.config.server.shutdown_grace + Duration::from_secs(1);
     let connections = crate::listener::serve(listener, limits, stop, move |req, peer| {

@@ -144,40 +144,74 @@ fn echo_call(addr: &str) -> String {
     response
 }
 
+/// Starts `mrtr-gateway serve` on `config` (written to a scratch file named after `name`);
+/// the child and the `host:port` of its MCP listener, once it says it listens.
+fn serve(name: &str, config: &str) -> (std::process::Child, Option<String>, std::path::PathBuf) {
+    use std::io::BufRead;
+    let path = std::env::temp_dir().join(format!("mrtr-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start gateway");
+    let stdout = child.stdout.take().expect("stdout");
+    let addr = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            let url = l.strip_prefix("mrtr-gateway listening on http://")?;
+            Some(url.split('/').next()?.to_string())
+        });
+    (child, addr, path)
+}
+
+#[test]
+fn an_idle_client_connection_is_closed_after_the_header_timeout() {
+    use std::io::Read;
+    let (mut child, addr, path) = serve(
+        "header-timeout",
+        "[server]\nlisten = \"127.0.0.1:0\"\nheader_timeout = \"1s\"\n\
+         [[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+    );
+    let outcome = addr.as_deref().map(|addr| {
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        // Far below the 30 s default: only the configured 1 s closes it in time.
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut byte = [0u8; 1];
+        (conn.read(&mut byte), started.elapsed())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let (read, waited) = outcome.expect("the gateway did not start");
+    assert!(
+        matches!(read, Ok(0)),
+        "the gateway closes the idle connection: {read:?}"
+    );
+    assert!(
+        waited >= std::time::Duration::from_millis(900),
+        "not before the timeout: {waited:?}"
+    );
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn serve_runs_as_many_shards_as_configured_and_stops_them_on_sigterm() {
-    use std::io::BufRead;
     for workers in [1, 3] {
-        let path = std::env::temp_dir().join(format!(
-            "mrtr-workers-{}-{workers}.toml",
-            std::process::id()
-        ));
-        std::fs::write(
-            &path,
-            format!(
+        let (mut child, addr, path) = serve(
+            &format!("workers-{workers}"),
+            &format!(
                 "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {workers}\nshutdown_grace = \"2s\"\n\
                  [fleet]\ndrain_grace = \"1s\"\n\
                  [[backend]]\nname = \"b\"\nkind = \"builtin\"\n"
             ),
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start gateway");
-        let stdout = child.stdout.take().expect("stdout");
-        let addr = std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| {
-                let url = l.strip_prefix("mrtr-gateway listening on http://")?;
-                Some(url.split('/').next()?.to_string())
-            });
+        );
         // A shard names itself once its thread runs: wait for them.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut seen = shard_threads(child.id());

@@ -135,6 +135,9 @@ pub struct Server {
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// How long a client connection may take to send a request head, and so how long an idle
+    /// keep-alive connection stays open (MCP and internal listeners).
+    pub header_timeout: Duration,
     /// Threads that serve client connections (`crate::shard`): one per CPU the process may use
     /// unless set.
     pub worker_threads: usize,
@@ -299,6 +302,13 @@ impl Config {
             allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
             max_connections: positive("server.max_connections", raw.server.max_connections, 1024)?,
             shutdown_grace: raw.server.shutdown_grace.unwrap_or(Duration::from_secs(10)),
+            header_timeout: duration_in(
+                "server.header_timeout",
+                raw.server.header_timeout,
+                Duration::from_secs(30),
+                Duration::from_secs(1),
+                Duration::from_secs(3600),
+            )?,
             worker_threads: worker_threads(raw.server.worker_threads)?,
         };
 
@@ -607,6 +617,7 @@ impl Config {
         let mut s = String::new();
         let _ = writeln!(s, "listen            {}", self.server.listen);
         let _ = writeln!(s, "worker threads    {}", self.server.worker_threads);
+        let _ = writeln!(s, "header timeout    {:?}", self.server.header_timeout);
         let _ = writeln!(
             s,
             "allowed origins   {}",
@@ -992,6 +1003,7 @@ mod tests {
         assert!(c.state.ephemeral);
         assert_eq!(c.principal, PrincipalSource::Authorization);
         assert_eq!(c.admin.listen, None, "no admin listener unless asked for");
+        assert_eq!(c.server.header_timeout, Duration::from_secs(30));
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         assert_eq!(c.server.worker_threads, cpus, "one worker per usable CPU");
         let one = Config::parse(&format!("[server]\nworker_threads = 1\n{MINIMAL}"), None);
@@ -1013,6 +1025,10 @@ mod tests {
             ("[state]\npark_ttl = \"0s\"\n", "state.park_ttl"),
             ("[admin]\nlisten = \"9090\"\n", "admin.listen"),
             ("[server]\nworker_threads = 0\n", "server.worker_threads"),
+            (
+                "[server]\nheader_timeout = \"0s\"\n",
+                "server.header_timeout",
+            ),
             (
                 "[server]\nworker_threads = 100000\n",
                 "server.worker_threads",

@@ -40,6 +40,8 @@ pub struct Server {
     pub max_connections: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     pub shutdown_grace: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub header_timeout: Option<Duration>,
     pub worker_threads: Option<usize>,
 }
 
