@@ -217,23 +217,19 @@ pub fn from_value(value: Value) -> Result<Message, FrameError> {
 impl Message {
     /// The message as JSON, its params moved in (not copied).
     pub fn into_value(self) -> Value {
+        let (id, method, params) = match self {
+            Message::Response { id, outcome } => return response(Some(&id), outcome),
+            Message::Request { id, method, params } => (Some(id), method, params),
+            Message::Notification { method, params } => (None, method, params),
+        };
         let mut m = Map::new();
         m.insert("jsonrpc".into(), Value::String("2.0".into()));
-        match self {
-            Message::Request { id, method, params } => {
-                m.insert("id".into(), id_value(Some(&id)));
-                m.insert("method".into(), Value::String(method));
-                if let Some(p) = params {
-                    m.insert("params".into(), p);
-                }
-            }
-            Message::Notification { method, params } => {
-                m.insert("method".into(), Value::String(method));
-                if let Some(p) = params {
-                    m.insert("params".into(), p);
-                }
-            }
-            Message::Response { id, outcome } => return response(Some(&id), outcome),
+        if let Some(id) = id {
+            m.insert("id".into(), id_value(Some(&id)));
+        }
+        m.insert("method".into(), Value::String(method));
+        if let Some(p) = params {
+            m.insert("params".into(), p);
         }
         Value::Object(m)
     }

@@ -9,10 +9,10 @@
 //! measured difference. Calls that meet across shards (a retry for a call parked by another
 //! shard, a session started on another) talk by channel and waker, which work across runtimes.
 //!
-//! The price is the one of any thread per core design: work that holds a shard's thread for long
-//! (parsing a body near `limits.max_body_bytes`, say) delays the other connections on that shard, where
-//! a work-stealing runtime would have moved them to an idle thread; the body and depth limits
-//! bound it.
+//! The price is the one of any thread per core design: work that holds a shard's thread for
+//! long (parsing a body near `limits.max_body_bytes`, say) delays the other connections on that
+//! shard, where a work-stealing runtime would have moved them to an idle thread; the body and
+//! depth limits bound it.
 //!
 //! The accept loops, the admin listener and the drain run on the main thread's runtime. A
 //! process without shards (tests that start the gateway inside their own runtime) serves each
