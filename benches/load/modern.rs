@@ -11,10 +11,12 @@ use tokio::net::TcpStream;
 
 pub const MODERN: &str = "2026-07-28";
 
-/// One keep-alive connection to the gateway's endpoint.
+/// One keep-alive connection to the gateway's endpoint, opened again when the gateway has
+/// closed it (it closes a connection left idle past `server.header_timeout`).
 #[derive(Debug)]
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
+    url: String,
     host: String,
     path: String,
 }
@@ -31,6 +33,7 @@ impl Conn {
         });
         Ok(Conn {
             sender,
+            url: url.to_owned(),
             host: host.to_owned(),
             path: if path.is_empty() {
                 "/".into()
@@ -42,6 +45,9 @@ impl Conn {
 
     /// POSTs a tools/call body; returns the HTTP status and the raw body.
     pub async fn post(&mut self, tool: &str, body: Bytes) -> anyhow::Result<(u16, Bytes)> {
+        if self.sender.is_closed() {
+            *self = Conn::open(&self.url).await?;
+        }
         self.sender.ready().await?;
         let req = hyper::Request::post(&self.path)
             .header("host", &self.host)
