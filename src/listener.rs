@@ -62,8 +62,11 @@ where
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let stop = stop.clone();
-        crate::shard::spawn_connection(connections.track_future(crate::wake::Inline::new(
-            async move {
+        // Counted from here, so the drain cannot miss a connection on its way to a shard.
+        let tracked = connections.token();
+        crate::shard::spawn_connection(stream, move |stream| {
+            crate::wake::Inline::new(async move {
+                let _tracked = tracked;
                 let _permit = permit;
                 let service = hyper::service::service_fn(move |req| {
                     let reply = handle(req, peer);
@@ -83,8 +86,8 @@ where
                         let _ = conn.await;
                     }
                 }
-            },
-        )));
+            })
+        });
     }
     drop(listener);
     connections.close();

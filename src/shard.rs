@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
@@ -109,14 +110,17 @@ pub fn current() -> Option<usize> {
     INDEX.with(Cell::get)
 }
 
-/// Runs a client connection: on the shard with the fewest open connections, or, in a process
-/// without shards, on the current runtime.
-pub fn spawn_connection<F>(connection: F)
+/// Runs a client connection, `serve(stream)`: on the shard with the fewest open connections,
+/// or, in a process without shards, on the current runtime. The socket moves to the reactor of
+/// the shard that serves it: left with the accepting runtime's, every readiness event of the
+/// connection would wake the main thread first, only for it to wake the shard.
+pub fn spawn_connection<S, F>(stream: TcpStream, serve: S)
 where
+    S: FnOnce(TcpStream) -> F + Send + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
     let Some(shards) = SHARDS.get().filter(|s| !s.shards.is_empty()) else {
-        tokio::spawn(connection);
+        tokio::spawn(serve(stream));
         return;
     };
     let shard = shards
@@ -124,10 +128,20 @@ where
         .iter()
         .min_by_key(|s| s.open.load(Ordering::Relaxed))
         .expect("at least one shard");
+    let stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot hand a connection to a shard: {e}");
+            return;
+        }
+    };
     let open = Open::new(shard.open.clone());
     shard.handle.spawn(async move {
         let _open = open;
-        connection.await
+        match TcpStream::from_std(stream) {
+            Ok(stream) => serve(stream).await,
+            Err(e) => tracing::warn!("a shard cannot take a connection: {e}"),
+        }
     });
 }
 

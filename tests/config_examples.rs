@@ -246,3 +246,82 @@ fn serve_runs_as_many_shards_as_configured_and_stops_them_on_sigterm() {
         assert!(status.success(), "exit status {status}");
     }
 }
+
+/// Context switches of one thread of `pid` so far.
+#[cfg(target_os = "linux")]
+fn context_switches(pid: u32, tid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .expect("thread status")
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn requests_on_a_shard_do_not_wake_the_main_thread() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let (mut child, addr, path) = serve(
+        "main-thread-quiet",
+        "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = 1\n\
+         [[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+    );
+    let pid = child.id();
+    let calls = addr.as_deref().map(|addr| {
+        let conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+        let mut writer = conn;
+        let mut call = |id: u32| -> bool {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"quiet"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            );
+            write!(
+                writer,
+                "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+                 Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+                 Mcp-Method: tools/call\r\nMcp-Name: echo\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let (mut status, mut length) = (String::new(), None);
+            reader.read_line(&mut status).unwrap();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse::<usize>().ok();
+                }
+            }
+            let mut body = vec![0; length.expect("a JSON answer with a length")];
+            reader.read_exact(&mut body).unwrap();
+            status.starts_with("HTTP/1.1 200") && String::from_utf8_lossy(&body).contains("quiet")
+        };
+        // The first call starts the backend session; count over the ones after it.
+        let first = call(0);
+        let before = context_switches(pid, pid);
+        let answered = (1..=100).filter(|&id| call(id)).count();
+        let after = context_switches(pid, pid);
+        (first, answered, after - before)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let (first, answered, woken) = calls.expect("the gateway did not start");
+    assert!(first, "the first call was answered");
+    assert_eq!(answered, 100, "calls answered on one keep-alive connection");
+    // The connection's socket belongs to its shard's reactor: the main thread (accept loop,
+    // admin, drain) has no part in its requests. Left with the accepting runtime's reactor,
+    // every request woke the main thread once or more.
+    assert!(
+        woken < 20,
+        "the main thread was woken {woken} times during 100 requests on a shard"
+    );
+}
