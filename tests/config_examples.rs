@@ -278,14 +278,14 @@ fn requests_on_a_shard_do_not_wake_the_main_thread() {
             let body = format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"quiet"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
             );
-            write!(
-                writer,
+            // One write: a request in pieces would wait on Nagle and delayed ACKs.
+            let request = format!(
                 "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
                  Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
                  Mcp-Method: tools/call\r\nMcp-Name: echo\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
-            )
-            .unwrap();
+            );
+            writer.write_all(request.as_bytes()).unwrap();
             let (mut status, mut length) = (String::new(), None);
             reader.read_line(&mut status).unwrap();
             loop {
