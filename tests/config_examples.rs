@@ -125,20 +125,25 @@ fn shard_threads(pid: u32) -> usize {
 
 /// One `tools/call echo` over a plain socket; the raw HTTP response.
 fn echo_call(addr: &str) -> String {
-    use std::io::{Read, Write};
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"on a shard"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    tools_call(addr, "echo", body)
+}
+
+/// POSTs one `tools/call` of `tool` with `body` over a plain socket, written at once; the raw
+/// HTTP response.
+fn tools_call(addr: &str, tool: &str, body: &str) -> String {
+    use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(addr).expect("connect");
     conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    write!(
-        conn,
+    let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-         Mcp-Method: tools/call\r\nMcp-Name: echo\r\nConnection: close\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nConnection: close\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
+    );
+    conn.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     let _ = conn.read_to_string(&mut response);
     response
@@ -147,6 +152,15 @@ fn echo_call(addr: &str) -> String {
 /// Starts `mrtr-gateway serve` on `config` (written to a scratch file named after `name`);
 /// the child and the `host:port` of its MCP listener, once it says it listens.
 fn serve(name: &str, config: &str) -> (std::process::Child, Option<String>, std::path::PathBuf) {
+    serve_logging_to(name, config, std::process::Stdio::null())
+}
+
+/// [`serve`], with the gateway's stderr (its logs) going to `stderr`.
+fn serve_logging_to(
+    name: &str,
+    config: &str,
+    stderr: std::process::Stdio,
+) -> (std::process::Child, Option<String>, std::path::PathBuf) {
     use std::io::BufRead;
     let path = std::env::temp_dir().join(format!("mrtr-{name}-{}.toml", std::process::id()));
     std::fs::write(&path, config).unwrap();
@@ -155,7 +169,8 @@ fn serve(name: &str, config: &str) -> (std::process::Child, Option<String>, std:
         .arg(&path)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
+        .env_remove("RUST_LOG")
         .spawn()
         .expect("start gateway");
     let stdout = child.stdout.take().expect("stdout");
@@ -323,5 +338,88 @@ fn requests_on_a_shard_do_not_wake_the_main_thread() {
     assert!(
         woken < 20,
         "the main thread was woken {woken} times during 100 requests on a shard"
+    );
+}
+
+/// The JSON-RPC message in a raw HTTP response with a JSON body.
+fn json_body(response: &str) -> serde_json::Value {
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {response}"))
+}
+
+#[test]
+fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
+    let log_path = std::env::temp_dir().join(format!("mrtr-json-logs-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (mut child, addr, path) = serve_logging_to(
+        "json-logs",
+        "[server]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\nformat = \"json\"\nlevel = \"debug\"\n\
+         [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
+        log.into(),
+    );
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
+    let outcome = addr.as_deref().map(|addr| {
+        let first = json_body(&tools_call(
+            addr,
+            "ask_form",
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ask_form","arguments":{{}},{meta}}}}}"#
+            ),
+        ));
+        let state = first["result"]["requestState"].as_str().map(str::to_owned);
+        let second = state.as_deref().map(|state| {
+            json_body(&tools_call(
+                addr,
+                "ask_form",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"ask_form","arguments":{{}},"inputResponses":{{"elicitation-1":{{"action":"accept","content":{{"name":"Ada"}}}}}},"requestState":"{state}",{meta}}}}}"#
+                ),
+            ))
+        });
+        (first, second)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    let (first, second) = outcome.expect("the gateway did not start");
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let second = second.expect("a requestState to retry with");
+    assert_eq!(second["result"]["resultType"], "complete", "{second}");
+
+    // Every line is one JSON object; the events logged inside a request carry its span.
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let in_request: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["span"]["name"] == "request")
+        .collect();
+    assert!(
+        !in_request.is_empty(),
+        "no event inside a request span:\n{logs}"
+    );
+    for l in &in_request {
+        assert_eq!(l["span"]["method"], "tools/call", "{l}");
+        assert_eq!(l["span"]["backend"], "legacy", "{l}");
+    }
+    let parked = in_request
+        .iter()
+        .find(|l| l["fields"]["message"] == "call parked")
+        .unwrap_or_else(|| panic!("no `call parked` event:\n{logs}"));
+    let park = parked["span"]["park"]
+        .as_str()
+        .expect("the park id on the span");
+    assert!(!park.is_empty());
+    assert!(parked["span"]["round"].is_u64(), "{parked}");
+    // The retry's span names the same park, once its state is opened.
+    assert!(
+        in_request
+            .iter()
+            .any(|l| l["span"]["id"] == "2" && l["span"]["park"] == park),
+        "no event of the retry's request carries park {park}:\n{logs}"
     );
 }

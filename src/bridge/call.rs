@@ -308,6 +308,7 @@ async fn resume(
     let span = tracing::Span::current();
     span.record("park", tracing::field::display(claims.park));
     span.record("round", claims.round);
+    tracing::debug!("retry handed to its parked call");
     let resume = Resume {
         round: claims.round,
         responses,
