@@ -152,25 +152,31 @@ fn tools_call(addr: &str, tool: &str, body: &str) -> String {
 /// Starts `mrtr-gateway serve` on `config` (written to a scratch file named after `name`);
 /// the child and the `host:port` of its MCP listener, once it says it listens.
 fn serve(name: &str, config: &str) -> (std::process::Child, Option<String>, std::path::PathBuf) {
-    serve_logging_to(name, config, std::process::Stdio::null())
+    serve_logging_to(name, config, std::process::Stdio::null(), None)
 }
 
-/// [`serve`], with the gateway's stderr (its logs) going to `stderr`.
+/// [`serve`], with the gateway's stderr (its logs) going to `stderr`, and `RUST_LOG` set to
+/// `rust_log` (unset without one).
 fn serve_logging_to(
     name: &str,
     config: &str,
     stderr: std::process::Stdio,
+    rust_log: Option<&str>,
 ) -> (std::process::Child, Option<String>, std::path::PathBuf) {
     use std::io::BufRead;
     let path = std::env::temp_dir().join(format!("mrtr-{name}-{}.toml", std::process::id()));
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"));
+    match rust_log {
+        Some(filter) => command.env("RUST_LOG", filter),
+        None => command.env_remove("RUST_LOG"),
+    };
+    let mut child = command
         .args(["serve", "--config"])
         .arg(&path)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(stderr)
-        .env_remove("RUST_LOG")
         .spawn()
         .expect("start gateway");
     let stdout = child.stdout.take().expect("stdout");
@@ -357,6 +363,7 @@ fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
          [log]\nformat = \"json\"\nlevel = \"debug\"\n\
          [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
         log.into(),
+        None,
     );
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
     let outcome = addr.as_deref().map(|addr| {
@@ -422,4 +429,46 @@ fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
             .any(|l| l["span"]["id"] == "2" && l["span"]["park"] == park),
         "no event of the retry's request carries park {park}:\n{logs}"
     );
+}
+
+#[test]
+fn rust_log_overrides_the_configured_level() {
+    let log_path = std::env::temp_dir().join(format!("mrtr-rust-log-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (mut child, addr, path) = serve_logging_to(
+        "rust-log",
+        "[server]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\nformat = \"json\"\nlevel = \"debug\"\n\
+         [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
+        log.into(),
+        Some("warn"),
+    );
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
+    let parked = addr.as_deref().map(|addr| {
+        json_body(&tools_call(
+            addr,
+            "ask_form",
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ask_form","arguments":{{}},{meta}}}}}"#
+            ),
+        ))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    let parked = parked.expect("the gateway did not start");
+    assert_eq!(parked["result"]["resultType"], "input_required", "{parked}");
+    // The warning about the ephemeral key is logged; nothing below `warn` is.
+    assert!(
+        logs.contains("\"level\":\"WARN\""),
+        "no warning logged:\n{logs}"
+    );
+    for level in ["INFO", "DEBUG", "TRACE"] {
+        assert!(
+            !logs.contains(&format!("\"level\":\"{level}\"")),
+            "RUST_LOG=warn, yet a {level} line:\n{logs}"
+        );
+    }
 }
