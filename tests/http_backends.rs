@@ -414,6 +414,36 @@ async fn a_backend_refusing_connections_gets_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_response_head_over_the_limit_is_named_and_the_limit_can_be_raised() {
+    // A backend whose response heads are about 6 KiB (proxies in front of it add headers).
+    let fx = Fixture::http(&["--header-padding", "6000"]).await;
+    let strict = over_http(&fx).await;
+    let reply = strict
+        .client()
+        .call_tool("echo", json!({"text": "x"}), &json!({}))
+        .await;
+    assert_backend_failed(&reply, "larger than `max_response_head_bytes` (4096 bytes)");
+
+    let roomy = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "",
+        "max_response_head_bytes = 16384\n",
+    )
+    .await;
+    let c = roomy.client();
+    let reply = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
+    assert_eq!(reply.status, 200, "{:#}", reply.body);
+    assert_eq!(reply.tool_json(), json!({"echo": "x"}));
+    // A round whose answer stream has the same large head.
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    // Stopped last: a stopped gateway removes the fixture's scratch directory.
+    roomy.stop().await;
+    strict.stop().await;
+}
+
+#[tokio::test]
 async fn a_backend_too_slow_gets_a_timeout_error() {
     let fx = Fixture::http(&[]).await;
     let gw = gateway(

@@ -225,6 +225,9 @@ pub struct Http {
     pub headers: http::HeaderMap,
     pub authorization: Authorization,
     pub connect_timeout: Duration,
+    /// Each upstream connection's read buffer, fixed at this size: a response head must fit
+    /// in it, and every connection (a parked call's open stream among them) keeps one.
+    pub max_response_head_bytes: usize,
     /// Streamable HTTP: keep a GET stream open per session for pushes unrelated to a POST.
     pub standalone_stream: bool,
     /// Streamable HTTP: a parked call whose answer stream carries event ids lets it go until
@@ -509,12 +512,13 @@ impl Config {
                     || !b.headers.is_empty()
                     || b.authorization.is_some()
                     || b.authorization_value.is_some()
-                    || b.connect_timeout.is_some())
+                    || b.connect_timeout.is_some()
+                    || b.max_response_head_bytes.is_some())
             {
                 return Err(bad(
                     field("url"),
                     format!(
-                        "`url`, `headers`, `authorization` and `connect_timeout` are for http and sse backends, not `{kind}`"
+                        "`url`, `headers`, `authorization`, `connect_timeout` and `max_response_head_bytes` are for http and sse backends, not `{kind}`"
                     ),
                 ));
             }
@@ -887,6 +891,13 @@ fn http_backend(
             Duration::from_millis(10),
             Duration::from_secs(300),
         )?,
+        max_response_head_bytes: size_in(
+            &field("max_response_head_bytes"),
+            b.max_response_head_bytes,
+            DEFAULT_RESPONSE_HEAD,
+            1024,
+            1 << 20,
+        )?,
         standalone_stream: b.standalone_stream.unwrap_or(true),
         release_parked_streams: b.release_parked_streams.unwrap_or(true),
     })
@@ -925,6 +936,25 @@ fn positive(field: &str, value: Option<usize>, default: usize) -> Result<usize, 
         Some(0) => Err(bad(field, "must be greater than 0")),
         Some(v) => Ok(v),
     }
+}
+
+/// `max_response_head_bytes` unless configured: room for the response heads of common servers
+/// and proxies, and small, since a parked call holding its stream keeps one buffer this size.
+pub const DEFAULT_RESPONSE_HEAD: usize = 4096;
+
+/// A byte count from `min` to `max`, or `default`.
+fn size_in(
+    field: &str,
+    value: Option<usize>,
+    default: usize,
+    min: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(bad(field, format!("must be between {min} and {max} bytes")));
+    }
+    Ok(v)
 }
 
 /// Most worker threads a config may ask for.
@@ -1066,6 +1096,7 @@ mod tests {
         };
         assert_eq!(h.authorization, Authorization::Drop);
         assert_eq!(h.connect_timeout, Duration::from_secs(5));
+        assert_eq!(h.max_response_head_bytes, 4096);
         assert_eq!(h.headers["x-team"], "a");
         let cases = [
             ("", "backend[0].url"),
@@ -1089,6 +1120,14 @@ mod tests {
             (
                 "url = \"http://x/mcp\"\nconnect_timeout = \"0s\"\n",
                 "backend[0].connect_timeout",
+            ),
+            (
+                "url = \"http://x/mcp\"\nmax_response_head_bytes = 512\n",
+                "backend[0].max_response_head_bytes",
+            ),
+            (
+                "url = \"http://x/mcp\"\nmax_response_head_bytes = 2097152\n",
+                "backend[0].max_response_head_bytes",
             ),
         ];
         for (extra, field) in cases {

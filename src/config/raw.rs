@@ -165,6 +165,7 @@ pub struct Backend {
     pub authorization_value: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    pub max_response_head_bytes: Option<usize>,
     pub standalone_stream: Option<bool>,
     pub release_parked_streams: Option<bool>,
     /// For `kind = "builtin"`: flags of the built-in legacy server.

@@ -102,6 +102,10 @@ pub struct HttpOptions {
     /// Frame every JSON body and SSE data line as a JSON array (2025-03-26 batch style).
     #[arg(long)]
     pub batch_responses: bool,
+    /// Pad every response head with an `X-Padding` header of this many bytes (a server behind
+    /// proxies that add large headers).
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    pub header_padding: usize,
     /// HTTP+SSE: never send the `endpoint` event.
     #[arg(long)]
     pub no_endpoint: bool,
@@ -129,6 +133,7 @@ impl Default for HttpOptions {
             close_post_early: false,
             event_ids: false,
             batch_responses: false,
+            header_padding: 0,
             no_endpoint: false,
             max_sessions: 1000,
             max_connections: 256,

@@ -40,7 +40,11 @@ type Pooled =
 /// (hyper runs each connection as a task of the runtime that opened it), so the exchange stays
 /// on one thread.
 #[derive(Debug, Clone)]
-pub struct Client(Arc<[Pooled]>);
+pub struct Client {
+    pools: Arc<[Pooled]>,
+    /// The connections' read buffer, which a response head must fit (`max_response_head_bytes`).
+    max_head: usize,
+}
 
 impl Client {
     /// Sends `req` on a connection of this thread's pool.
@@ -48,9 +52,9 @@ impl Client {
         &self,
         req: http::Request<Full<Bytes>>,
     ) -> hyper_util::client::legacy::ResponseFuture {
-        let elsewhere = self.0.len() - 1;
+        let elsewhere = self.pools.len() - 1;
         let shard = crate::shard::current().unwrap_or(elsewhere);
-        self.0[shard.min(elsewhere)].request(req)
+        self.pools[shard.min(elsewhere)].request(req)
     }
 }
 
@@ -81,15 +85,18 @@ pub fn client(cfg: &Config, pool_max: usize) -> Client {
         .wrap_connector(http);
     let pool = || {
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            // A parked call keeps its POST stream open: a fixed 4 KiB read buffer per connection
-            // (instead of one that starts at 8 KiB and grows) bounds what each one holds. Bodies
-            // stream through it in pieces; only a response head must fit.
-            .http1_read_buf_exact_size(4096)
+            // A parked call keeps its POST stream open: a fixed read buffer per connection (4 KiB
+            // by default, instead of one that starts at 8 KiB and grows) bounds what each one
+            // holds. Bodies stream through it in pieces; only a response head must fit.
+            .http1_read_buf_exact_size(cfg.max_response_head_bytes)
             .pool_max_idle_per_host(pool_max)
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector.clone())
     };
-    Client((0..=crate::shard::count()).map(|_| pool()).collect())
+    Client {
+        pools: (0..=crate::shard::count()).map(|_| pool()).collect(),
+        max_head: cfg.max_response_head_bytes,
+    }
 }
 
 /// What the HTTP transports share with the tasks they spawn.
@@ -184,6 +191,10 @@ impl Link {
         match tokio::time::timeout(self.timeout, self.client.request(req)).await {
             Err(_) => Err(Failure::Timeout),
             Ok(Err(e)) if e.is_connect() => Err(Failure::Connect(error_chain(&e))),
+            Ok(Err(e)) if head_too_large(&e) => Err(Failure::Other(format!(
+                "its response head is larger than `max_response_head_bytes` ({} bytes)",
+                self.client.max_head
+            ))),
             Ok(Err(e)) => Err(Failure::Other(format!(
                 "the HTTP exchange failed: {}",
                 error_chain(&e)
@@ -360,6 +371,21 @@ pub(crate) async fn status_failure(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     Failure::Other(format!("HTTP {status}: {}", snippet(&body)))
+}
+
+/// Whether hyper refused a response head for not fitting the read buffer.
+fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(inner) = source {
+        if inner
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            return true;
+        }
+        source = inner.source();
+    }
+    false
 }
 
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {

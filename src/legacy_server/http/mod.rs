@@ -118,7 +118,11 @@ async fn serve(
                 let server = Arc::clone(&server);
                 move |req| {
                     let server = Arc::clone(&server);
-                    async move { Ok::<_, Infallible>(server.handle(req).await) }
+                    async move {
+                        let mut response = server.handle(req).await;
+                        server.pad(&mut response);
+                        Ok::<_, Infallible>(response)
+                    }
                 }
             });
             let conn = http1::Builder::new()
@@ -275,6 +279,16 @@ impl HttpError {
 type Handled = Result<Response<Body>, HttpError>;
 
 impl Server {
+    /// Adds `--header-padding` bytes to a response head.
+    fn pad(&self, response: &mut Response<Body>) {
+        let n = self.opts.http.header_padding;
+        if n > 0
+            && let Ok(value) = http::HeaderValue::from_str(&"p".repeat(n))
+        {
+            response.headers_mut().insert("x-padding", value);
+        }
+    }
+
     async fn handle(self: &Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         self.record(&req);
         let handled = match (self.mode, req.uri().path()) {
