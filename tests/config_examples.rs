@@ -353,17 +353,18 @@ fn json_body(response: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {response}"))
 }
 
-#[test]
-fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
-    let log_path = std::env::temp_dir().join(format!("mrtr-json-logs-{}.log", std::process::id()));
+/// Runs the binary with JSON logs at `debug` (and `RUST_LOG` set to `rust_log`, if any), makes
+/// one `ask_form` call that parks and its retry (checking both answers); the logs.
+fn a_logged_round(name: &str, rust_log: Option<&str>) -> String {
+    let log_path = std::env::temp_dir().join(format!("mrtr-{name}-{}.log", std::process::id()));
     let log = std::fs::File::create(&log_path).expect("log file");
     let (mut child, addr, path) = serve_logging_to(
-        "json-logs",
+        name,
         "[server]\nlisten = \"127.0.0.1:0\"\n\
          [log]\nformat = \"json\"\nlevel = \"debug\"\n\
          [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
         log.into(),
-        None,
+        rust_log,
     );
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
     let outcome = addr.as_deref().map(|addr| {
@@ -395,7 +396,12 @@ fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
     let second = second.expect("a requestState to retry with");
     assert_eq!(second["result"]["resultType"], "complete", "{second}");
+    logs
+}
 
+#[test]
+fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
+    let logs = a_logged_round("json-logs", None);
     // Every line is one JSON object; the events logged inside a request carry its span.
     let lines: Vec<serde_json::Value> = logs
         .lines()
@@ -433,33 +439,7 @@ fn json_logs_carry_each_requests_span_with_its_backend_park_and_round() {
 
 #[test]
 fn rust_log_overrides_the_configured_level() {
-    let log_path = std::env::temp_dir().join(format!("mrtr-rust-log-{}.log", std::process::id()));
-    let log = std::fs::File::create(&log_path).expect("log file");
-    let (mut child, addr, path) = serve_logging_to(
-        "rust-log",
-        "[server]\nlisten = \"127.0.0.1:0\"\n\
-         [log]\nformat = \"json\"\nlevel = \"debug\"\n\
-         [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
-        log.into(),
-        Some("warn"),
-    );
-    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
-    let parked = addr.as_deref().map(|addr| {
-        json_body(&tools_call(
-            addr,
-            "ask_form",
-            &format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ask_form","arguments":{{}},{meta}}}}}"#
-            ),
-        ))
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(&path);
-    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let _ = std::fs::remove_file(&log_path);
-    let parked = parked.expect("the gateway did not start");
-    assert_eq!(parked["result"]["resultType"], "input_required", "{parked}");
+    let logs = a_logged_round("rust-log", Some("warn"));
     // The warning about the ephemeral key is logged; nothing below `warn` is.
     assert!(
         logs.contains("\"level\":\"WARN\""),

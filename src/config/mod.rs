@@ -305,7 +305,7 @@ impl Config {
             allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
             max_connections: positive("server.max_connections", raw.server.max_connections, 1024)?,
             shutdown_grace: raw.server.shutdown_grace.unwrap_or(Duration::from_secs(10)),
-            header_timeout: duration_in(
+            header_timeout: in_range(
                 "server.header_timeout",
                 raw.server.header_timeout,
                 Duration::from_secs(30),
@@ -339,14 +339,14 @@ impl Config {
         let mut state = State {
             keys: Arc::new(keys),
             ephemeral,
-            park_ttl: duration_in(
+            park_ttl: in_range(
                 "state.park_ttl",
                 raw.state.park_ttl,
                 Duration::from_secs(120),
                 Duration::from_secs(1),
                 Duration::from_secs(86_400),
             )?,
-            coalesce_window: duration_in(
+            coalesce_window: in_range(
                 "state.coalesce_window",
                 raw.state.coalesce_window,
                 Duration::from_millis(10),
@@ -372,21 +372,21 @@ impl Config {
                 raw.limits.max_parked_total,
                 10_000,
             )?,
-            queue_wait: duration_in(
+            queue_wait: in_range(
                 "limits.queue_wait",
                 raw.limits.queue_wait,
                 Duration::from_secs(5),
                 Duration::ZERO,
                 Duration::from_secs(600),
             )?,
-            request_timeout: duration_in(
+            request_timeout: in_range(
                 "limits.request_timeout",
                 raw.limits.request_timeout,
                 Duration::from_secs(60),
                 Duration::from_millis(10),
                 Duration::from_secs(3600),
             )?,
-            held_roots_wait: duration_in(
+            held_roots_wait: in_range(
                 "limits.held_roots_wait",
                 raw.limits.held_roots_wait,
                 Duration::from_secs(30),
@@ -774,28 +774,28 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
         replica_id,
         advertise,
         internal_listen,
-        drain_grace: duration_in(
+        drain_grace: in_range(
             "fleet.drain_grace",
             raw.drain_grace,
             Duration::from_secs(20),
             Duration::ZERO,
             Duration::from_secs(3600),
         )?,
-        forward_timeout: duration_in(
+        forward_timeout: in_range(
             "fleet.forward_timeout",
             raw.forward_timeout,
             Duration::from_secs(70),
             Duration::from_millis(100),
             Duration::from_secs(3600),
         )?,
-        forward_connect_timeout: duration_in(
+        forward_connect_timeout: in_range(
             "fleet.forward_connect_timeout",
             raw.forward_connect_timeout,
             Duration::from_secs(2),
             Duration::from_millis(10),
             Duration::from_secs(60),
         )?,
-        max_clock_skew: duration_in(
+        max_clock_skew: in_range(
             "fleet.max_clock_skew",
             raw.max_clock_skew,
             Duration::from_secs(30),
@@ -884,14 +884,14 @@ fn http_backend(
         url,
         headers,
         authorization,
-        connect_timeout: duration_in(
+        connect_timeout: in_range(
             &field("connect_timeout"),
             b.connect_timeout,
             Duration::from_secs(5),
             Duration::from_millis(10),
             Duration::from_secs(300),
         )?,
-        max_response_head_bytes: size_in(
+        max_response_head_bytes: in_range(
             &field("max_response_head_bytes"),
             b.max_response_head_bytes,
             DEFAULT_RESPONSE_HEAD,
@@ -942,21 +942,6 @@ fn positive(field: &str, value: Option<usize>, default: usize) -> Result<usize, 
 /// and proxies, and small, since a parked call holding its stream keeps one buffer this size.
 pub const DEFAULT_RESPONSE_HEAD: usize = 4096;
 
-/// A byte count from `min` to `max`, or `default`.
-fn size_in(
-    field: &str,
-    value: Option<usize>,
-    default: usize,
-    min: usize,
-    max: usize,
-) -> Result<usize, ConfigError> {
-    let v = value.unwrap_or(default);
-    if v < min || v > max {
-        return Err(bad(field, format!("must be between {min} and {max} bytes")));
-    }
-    Ok(v)
-}
-
 /// Most worker threads a config may ask for.
 const MAX_WORKER_THREADS: usize = 256;
 
@@ -972,13 +957,14 @@ fn worker_threads(value: Option<usize>) -> Result<usize, ConfigError> {
     }
 }
 
-fn duration_in(
+/// A value (a duration, a byte count) from `min` to `max`, or `default`.
+fn in_range<T: PartialOrd + Copy + std::fmt::Debug>(
     field: &str,
-    value: Option<Duration>,
-    default: Duration,
-    min: Duration,
-    max: Duration,
-) -> Result<Duration, ConfigError> {
+    value: Option<T>,
+    default: T,
+    min: T,
+    max: T,
+) -> Result<T, ConfigError> {
     let v = value.unwrap_or(default);
     if v < min || v > max {
         return Err(bad(field, format!("must be between {min:?} and {max:?}")));
