@@ -507,6 +507,25 @@ impl Config {
                     ),
                 ));
             }
+            if kind != "builtin" && (b.builtin_protocol.is_some() || b.builtin_roots_on_init) {
+                return Err(bad(
+                    field("builtin_protocol"),
+                    format!(
+                        "`builtin_protocol` and `builtin_roots_on_init` are for builtin backends, not `{kind}`"
+                    ),
+                ));
+            }
+            if let Some(v) = &b.builtin_protocol
+                && !crate::legacy_server::SUPPORTED_PROTOCOL_VERSIONS.contains(&v.as_str())
+            {
+                return Err(bad(
+                    field("builtin_protocol"),
+                    format!(
+                        "`{v}`: expected one of {}",
+                        crate::legacy_server::SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                    ),
+                ));
+            }
             if !matches!(kind, "http" | "sse")
                 && (b.url.is_some()
                     || !b.headers.is_empty()
@@ -1131,6 +1150,32 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "backend[0].url");
+    }
+
+    #[test]
+    fn builtin_settings_are_checked_and_only_for_builtin_backends() {
+        let parse =
+            |extra: &str| Config::parse(&format!("[[backend]]\nname = \"b\"\n{extra}"), None);
+        let ok = parse(
+            "kind = \"builtin\"\nbuiltin_protocol = \"2025-06-18\"\nbuiltin_roots_on_init = true\n",
+        )
+        .unwrap();
+        let Transport::Builtin(o) = &ok.backends[0].transport else {
+            panic!("a builtin backend")
+        };
+        assert_eq!(o.protocol.as_deref(), Some("2025-06-18"));
+        assert!(o.roots_on_init);
+        for extra in [
+            "kind = \"builtin\"\nbuiltin_protocol = \"bogus\"\n",
+            "command = \"srv\"\nbuiltin_protocol = \"2025-06-18\"\n",
+            "command = \"srv\"\nbuiltin_roots_on_init = true\n",
+        ] {
+            assert_eq!(
+                parse(extra).unwrap_err().field,
+                "backend[0].builtin_protocol",
+                "{extra}"
+            );
+        }
     }
 
     #[test]
