@@ -219,6 +219,56 @@ async fn metrics_move_exactly_over_a_scripted_run() {
 }
 
 #[tokio::test]
+async fn a_replayed_call_counts_its_rounds_once_when_it_finishes() {
+    let gw = Gateway::with(Options {
+        extra: ADMIN_ON.into(),
+        backend_extra: "pool_max = 64\nreplay = \"replay\"\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let before = gw.scrape().await;
+    // Two rounds: each ends its task upstream; each retry runs the call again from its
+    // transcript.
+    let args = json!({"message": "name?"});
+    let r1 = c.call_tool("ask_form", args.clone(), &elicit()).await;
+    let key = r1.key_for("elicitation/create");
+    let r2 = c
+        .retry_tool("ask_form", args.clone(), &elicit(), json!({}), &r1.state())
+        .await;
+    assert_eq!(r2.input_keys(), vec![key.clone()], "asked again");
+    let mid = gw.scrape().await;
+    assert_eq!(
+        delta(&before, &mid, "mrtr_call_rounds_count", &[]),
+        0.0,
+        "an unfinished call is not counted"
+    );
+    let done = c
+        .retry_tool(
+            "ask_form",
+            args,
+            &elicit(),
+            json!({ key: accept(json!({"name": "Ada"})) }),
+            &r2.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["action"], "accept");
+    let after = gw.scrape().await;
+    let retries = |result: &str| {
+        delta(
+            &before,
+            &after,
+            "mrtr_retries_total",
+            &[("result", result), ("reason", "none")],
+        )
+    };
+    assert_eq!(retries("replayed"), 2.0);
+    assert_eq!(delta(&before, &after, "mrtr_call_rounds_count", &[]), 1.0);
+    assert_eq!(delta(&before, &after, "mrtr_call_rounds_sum", &[]), 2.0);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_backend_that_dies_counts_as_a_lost_session_and_a_new_start() {
     let gw = Gateway::with(Options {
         extra: ADMIN_ON.into(),

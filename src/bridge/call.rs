@@ -90,6 +90,8 @@ struct Task {
     outcome: Option<Result<Value, ErrorObject>>,
     /// Replay mode: the transcript the backend's pushes are answered from. `None`: held.
     replay: Option<replay::Run>,
+    /// Replay mode: this task ends with a round, and the call goes on in the retry's task.
+    continues: bool,
     /// When the current upstream request was written.
     sent: Instant,
     /// Time parked since `sent` (rounds already resumed).
@@ -99,9 +101,11 @@ struct Task {
 }
 
 impl Drop for Task {
-    // Every way a call ends (result, error, abandonment) drops its task exactly once.
+    // Every way a call ends (result, error, abandonment) drops its last task exactly once.
     fn drop(&mut self) {
-        self.bridge.metrics.call_rounds(self.round);
+        if !self.continues {
+            self.bridge.metrics.call_rounds(self.round);
+        }
     }
 }
 
@@ -227,6 +231,7 @@ async fn begin(
         parked_for: Duration::ZERO,
         parked_since: None,
         replay: run,
+        continues: false,
         bridge,
     };
     // Boxed: an async fn's by-value `self` is kept twice in its future.
@@ -398,6 +403,7 @@ impl Task {
                         self.round += 1;
                         let state = self.input_required(ParkId::random(), Some(transcript));
                         let _ = reply.send(Reply::Done(Ok(state))).await;
+                        self.continues = true;
                         Box::pin(self.abandon("the call is run again on the retry")).await;
                         return;
                     }
