@@ -254,15 +254,8 @@ async fn a_replayed_call_counts_its_rounds_once_when_it_finishes() {
         .await;
     assert_eq!(done.tool_json()["action"], "accept");
     let after = gw.scrape().await;
-    let retries = |result: &str| {
-        delta(
-            &before,
-            &after,
-            "mrtr_retries_total",
-            &[("result", result), ("reason", "none")],
-        )
-    };
-    assert_eq!(retries("replayed"), 2.0);
+    let replayed = [("result", "replayed"), ("reason", "none")];
+    assert_eq!(delta(&before, &after, "mrtr_retries_total", &replayed), 2.0);
     assert_eq!(delta(&before, &after, "mrtr_call_rounds_count", &[]), 1.0);
     assert_eq!(delta(&before, &after, "mrtr_call_rounds_sum", &[]), 2.0);
     gw.stop().await;
