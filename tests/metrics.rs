@@ -25,6 +25,18 @@ fn tamper(state: &str) -> String {
     chars.into_iter().collect()
 }
 
+/// `ask_form` and a retry that answers nothing, so it is asked again: the input key and the
+/// second reply.
+async fn asked_again(c: &Client, args: &Value) -> (String, Reply) {
+    let r1 = c.call_tool("ask_form", args.clone(), &elicit()).await;
+    let key = r1.key_for("elicitation/create");
+    let r2 = c
+        .retry_tool("ask_form", args.clone(), &elicit(), json!({}), &r1.state())
+        .await;
+    assert_eq!(r2.input_keys(), vec![key.clone()], "asked again");
+    (key, r2)
+}
+
 #[tokio::test]
 async fn metrics_move_exactly_over_a_scripted_run() {
     let gw = Gateway::with(Options {
@@ -42,12 +54,7 @@ async fn metrics_move_exactly_over_a_scripted_run() {
 
     // 2. A two-round call: the first retry answers nothing and is asked again.
     let args = json!({"message": "name?"});
-    let r1 = c.call_tool("ask_form", args.clone(), &elicit()).await;
-    let key = r1.key_for("elicitation/create");
-    let r2 = c
-        .retry_tool("ask_form", args.clone(), &elicit(), json!({}), &r1.state())
-        .await;
-    assert_eq!(r2.input_keys(), vec![key.clone()], "asked again");
+    let (key, r2) = asked_again(&c, &args).await;
     let done = c
         .retry_tool(
             "ask_form",
@@ -231,12 +238,7 @@ async fn a_replayed_call_counts_its_rounds_once_when_it_finishes() {
     // Two rounds: each ends its task upstream; each retry runs the call again from its
     // transcript.
     let args = json!({"message": "name?"});
-    let r1 = c.call_tool("ask_form", args.clone(), &elicit()).await;
-    let key = r1.key_for("elicitation/create");
-    let r2 = c
-        .retry_tool("ask_form", args.clone(), &elicit(), json!({}), &r1.state())
-        .await;
-    assert_eq!(r2.input_keys(), vec![key.clone()], "asked again");
+    let (key, r2) = asked_again(&c, &args).await;
     let mid = gw.scrape().await;
     assert_eq!(
         delta(&before, &mid, "mrtr_call_rounds_count", &[]),
