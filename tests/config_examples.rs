@@ -129,6 +129,18 @@ fn echo_call(addr: &str) -> String {
     tools_call(addr, "echo", body)
 }
 
+/// The HTTP/1.1 request of one `tools/call` of `tool`, with `extra` header lines. Written in one
+/// piece: a request in pieces would wait on Nagle and delayed ACKs.
+fn tools_call_request(addr: &str, tool: &str, body: &str, extra: &str) -> String {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\n{extra}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// POSTs one `tools/call` of `tool` with `body` over a plain socket, written at once; the raw
 /// HTTP response.
 fn tools_call(addr: &str, tool: &str, body: &str) -> String {
@@ -136,14 +148,8 @@ fn tools_call(addr: &str, tool: &str, body: &str) -> String {
     let mut conn = std::net::TcpStream::connect(addr).expect("connect");
     conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nConnection: close\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(request.as_bytes()).unwrap();
+    conn.write_all(tools_call_request(addr, tool, body, "Connection: close\r\n").as_bytes())
+        .unwrap();
     let mut response = String::new();
     let _ = conn.read_to_string(&mut response);
     response
@@ -299,14 +305,9 @@ fn requests_on_a_shard_do_not_wake_the_main_thread() {
             let body = format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"quiet"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
             );
-            // One write: a request in pieces would wait on Nagle and delayed ACKs.
-            let request = format!(
-                "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-                 Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-                 Mcp-Method: tools/call\r\nMcp-Name: echo\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            writer.write_all(request.as_bytes()).unwrap();
+            writer
+                .write_all(tools_call_request(addr, "echo", &body, "").as_bytes())
+                .unwrap();
             let (mut status, mut length) = (String::new(), None);
             reader.read_line(&mut status).unwrap();
             loop {

@@ -135,7 +135,12 @@ async fn gateway(
 }
 
 async fn over_http(fx: &Fixture) -> Gateway {
-    gateway("http", &fx.url, &fx.log, "", "").await
+    over_http_with(fx, "").await
+}
+
+/// [`over_http`] with `backend` added to the backend's table.
+async fn over_http_with(fx: &Fixture, backend: &str) -> Gateway {
+    gateway("http", &fx.url, &fx.log, "", backend).await
 }
 
 /// One elicitation round trip; returns the tool's JSON answer.
@@ -302,14 +307,7 @@ async fn a_parked_call_lets_a_numbered_stream_go_until_its_retry() {
 #[tokio::test]
 async fn a_parked_call_keeps_its_stream_when_told_to() {
     let fx = Fixture::http(&["--event-ids"]).await;
-    let gw = gateway(
-        "http",
-        &fx.url,
-        &fx.log,
-        "",
-        "release_parked_streams = false\n",
-    )
-    .await;
+    let gw = over_http_with(&fx, "release_parked_streams = false\n").await;
     assert_eq!(elicit_round_trip(&gw.client()).await, ada());
     assert!(
         resumed_streams(&fx).is_empty(),
@@ -424,14 +422,7 @@ async fn a_response_head_over_the_limit_is_named_and_the_limit_can_be_raised() {
         .await;
     assert_backend_failed(&reply, "larger than `max_response_head_bytes` (4096 bytes)");
 
-    let roomy = gateway(
-        "http",
-        &fx.url,
-        &fx.log,
-        "",
-        "max_response_head_bytes = 16384\n",
-    )
-    .await;
+    let roomy = over_http_with(&fx, "max_response_head_bytes = 16384\n").await;
     let c = roomy.client();
     let reply = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
     assert_eq!(reply.status, 200, "{:#}", reply.body);
@@ -481,14 +472,7 @@ async fn batch_responses_from_a_2025_03_26_server_are_accepted() {
         ][..],
     ] {
         let fx = Fixture::http(flags).await;
-        let gw = gateway(
-            "http",
-            &fx.url,
-            &fx.log,
-            "",
-            "protocol_version = \"2025-03-26\"\n",
-        )
-        .await;
+        let gw = over_http_with(&fx, "protocol_version = \"2025-03-26\"\n").await;
         let c = gw.client();
         let echo = c.call_tool("echo", json!({"text": "hi"}), &json!({})).await;
         assert_eq!(echo.result()["resultType"], "complete", "{flags:?}");
@@ -549,7 +533,7 @@ async fn the_client_credential_reaches_the_backend_only_when_configured() {
     ] {
         let fx = Fixture::http(&[]).await;
         let backend = format!("{policy}headers = {{ \"X-Team\" = \"blue\" }}\n");
-        let gw = gateway("http", &fx.url, &fx.log, "", &backend).await;
+        let gw = over_http_with(&fx, &backend).await;
         let c = gw.client().with_principal("alice");
         assert_eq!(elicit_round_trip(&c).await, ada());
         assert!(
@@ -574,7 +558,7 @@ async fn the_client_credential_reaches_the_backend_only_when_configured() {
 #[tokio::test]
 async fn an_upstream_session_never_carries_two_principals() {
     let fx = Fixture::http(&[]).await;
-    let gw = gateway("http", &fx.url, &fx.log, "", "authorization = \"pass\"\n").await;
+    let gw = over_http_with(&fx, "authorization = \"pass\"\n").await;
     let alice = gw.client().with_principal("alice");
     let bob = gw.client().with_principal("bob");
     let (a, b) = tokio::join!(elicit_round_trip(&alice), elicit_round_trip(&bob));
@@ -607,7 +591,7 @@ async fn an_upstream_session_never_carries_two_principals() {
 #[tokio::test]
 async fn idle_sessions_are_deleted_upstream() {
     let fx = Fixture::http(&[]).await;
-    let gw = gateway("http", &fx.url, &fx.log, "", "idle_timeout = \"200ms\"\n").await;
+    let gw = over_http_with(&fx, "idle_timeout = \"200ms\"\n").await;
     gw.client()
         .call_tool("echo", json!({"text": "x"}), &json!({}))
         .await;
@@ -713,7 +697,7 @@ async fn an_sse_backend_that_never_names_its_endpoint_gets_a_clear_error() {
 #[tokio::test]
 async fn without_a_standalone_stream_pushes_on_the_post_stream_still_work() {
     let fx = Fixture::http(&[]).await;
-    let gw = gateway("http", &fx.url, &fx.log, "", "standalone_stream = false\n").await;
+    let gw = over_http_with(&fx, "standalone_stream = false\n").await;
     assert_eq!(elicit_round_trip(&gw.client()).await, ada());
     assert!(
         fx.requests().iter().all(|r| r["method"] != "GET"),

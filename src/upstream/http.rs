@@ -375,17 +375,10 @@ pub(crate) async fn status_failure(
 
 /// Whether hyper refused a response head for not fitting the read buffer.
 fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(inner) = source {
-        if inner
-            .downcast_ref::<hyper::Error>()
+    std::iter::successors(Some(e), |e| e.source()).any(|e| {
+        e.downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_parse_too_large)
-        {
-            return true;
-        }
-        source = inner.source();
-    }
-    false
+    })
 }
 
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {

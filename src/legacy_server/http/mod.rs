@@ -81,8 +81,12 @@ async fn serve(
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let log = MessageLog::open_if(opts.log.as_deref())?;
+    let padding = (opts.http.header_padding > 0)
+        .then(|| http::HeaderValue::from_str(&"p".repeat(opts.http.header_padding)).ok())
+        .flatten();
     let server = Arc::new(Server {
         permits: Arc::new(Semaphore::new(opts.http.max_connections.max(1))),
+        padding,
         opts,
         mode,
         log,
@@ -167,6 +171,8 @@ struct Server {
     /// Every session's tasks.
     tasks: TaskTracker,
     permits: Arc<Semaphore>,
+    /// `--header-padding`: the `X-Padding` value added to every response head.
+    padding: Option<http::HeaderValue>,
     /// Cancelled when a session's `crash` tool runs: the whole server goes down, as a
     /// crashing process would.
     crashed: CancellationToken,
@@ -281,11 +287,8 @@ type Handled = Result<Response<Body>, HttpError>;
 impl Server {
     /// Adds `--header-padding` bytes to a response head.
     fn pad(&self, response: &mut Response<Body>) {
-        let n = self.opts.http.header_padding;
-        if n > 0
-            && let Ok(value) = http::HeaderValue::from_str(&"p".repeat(n))
-        {
-            response.headers_mut().insert("x-padding", value);
+        if let Some(value) = &self.padding {
+            response.headers_mut().insert("x-padding", value.clone());
         }
     }
 
