@@ -70,6 +70,7 @@ pub async fn serve(
         name: "admin",
         max_connections,
         header_read_timeout: Duration::from_secs(10),
+        write_timeout: Duration::from_secs(10),
     };
     let connections = crate::listener::serve(listener, limits, stop, move |req, _| {
         let resp = admin.respond(req.method(), req.uri().path());

@@ -224,6 +224,7 @@ async fn accept_loop(
         name: "mcp",
         max_connections,
         header_read_timeout: bridge.config.server.header_timeout,
+        write_timeout: bridge.config.server.write_timeout,
     };
     let engine = bridge.clone();
     let connections = crate::listener::serve(listener, limits, stop, move |req, _| {

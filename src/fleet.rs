@@ -18,7 +18,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{Method, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
@@ -359,6 +359,7 @@ pub async fn serve_internal(listener: TcpListener, bridge: Arc<Bridge>, stop: Ca
         name: "internal",
         max_connections: bridge.config.server.max_connections,
         header_read_timeout: bridge.config.server.header_timeout,
+        write_timeout: bridge.config.server.write_timeout,
     };
     let grace = bridge.config.server.shutdown_grace + Duration::from_secs(1);
     let connections = crate::listener::serve(listener, limits, stop, move |req, peer| {
@@ -404,13 +405,14 @@ async fn handle(
     let (parts, body) = req.into_parts();
     // Room for the client's body plus the hop's own fields.
     let limit = bridge.config.limits.max_body_bytes + 4096;
-    let Ok(body) = Limited::new(body, limit).collect().await else {
-        return refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body too large or unreadable",
-        );
-    };
-    let body = body.to_bytes();
+    let body =
+        match crate::listener::read_body(body, limit, bridge.config.server.body_timeout).await {
+            Ok(body) => body,
+            Err(e @ crate::listener::BodyError::TimedOut(_)) => {
+                return refuse(StatusCode::REQUEST_TIMEOUT, &e.to_string());
+            }
+            Err(e) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, &e.to_string()),
+        };
     let fleet = &bridge.config.fleet;
     let from = match verify(
         &bridge.keys,

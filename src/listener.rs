@@ -26,6 +26,36 @@ pub struct Limits {
     pub max_connections: usize,
     /// A client must send its request head within this.
     pub header_read_timeout: Duration,
+    /// A write to the client that makes no progress for this long (the client stopped reading)
+    /// ends the connection.
+    pub write_timeout: Duration,
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("request body over {0} bytes")]
+    TooLarge(usize),
+    #[error("the request body did not arrive within {0:?}")]
+    TimedOut(Duration),
+    #[error("could not read the body: {0}")]
+    Failed(String),
+}
+
+/// Reads a whole request body of at most `max` bytes, which must arrive within `within`.
+pub async fn read_body(
+    body: Incoming,
+    max: usize,
+    within: Duration,
+) -> Result<bytes::Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let collect = http_body_util::Limited::new(body, max).collect();
+    match tokio::time::timeout(within, collect).await {
+        Err(_) => Err(BodyError::TimedOut(within)),
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge(max)),
+        Ok(Err(e)) => Err(BodyError::Failed(e.to_string())),
+    }
 }
 
 /// Accepts until `stop`, serving each request with `handle(request, peer)`. Returns the
@@ -72,10 +102,12 @@ where
                     let reply = handle(req, peer);
                     async move { Ok::<_, std::convert::Infallible>(reply.await) }
                 });
+                let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+                stream.set_write_timeout(Some(limits.write_timeout));
                 let conn = http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(limits.header_read_timeout)
-                    .serve_connection(TokioIo::new(stream), service);
+                    .serve_connection(TokioIo::new(Box::pin(stream)), service);
                 tokio::pin!(conn);
                 tokio::select! {
                     r = conn.as_mut() => if let Err(e) = r {

@@ -453,3 +453,87 @@ fn rust_log_overrides_the_configured_level() {
         );
     }
 }
+
+#[test]
+fn a_stalled_request_body_is_refused_after_the_body_timeout() {
+    use std::io::{Read, Write};
+    let (mut child, addr, path) = serve(
+        "body-timeout",
+        "[server]\nlisten = \"127.0.0.1:0\"\nbody_timeout = \"1s\"\n\
+         [[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+    );
+    let outcome = addr.as_deref().map(|addr| {
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        // The head promises 100 bytes; one comes.
+        let request = tools_call_request(addr, "echo", "", "");
+        let request = request.replace("Content-Length: 0", "Content-Length: 100");
+        conn.write_all(format!("{request}{{").as_bytes()).unwrap();
+        let started = std::time::Instant::now();
+        let mut response = String::new();
+        let read = conn.read_to_string(&mut response);
+        (read.map(|_| response), started.elapsed())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let (response, waited) = outcome.expect("the gateway did not start");
+    let response = response.expect("the gateway answers and closes the connection");
+    assert!(
+        response.starts_with("HTTP/1.1 408"),
+        "a stalled body is answered 408: {response}"
+    );
+    assert!(
+        response.contains("did not arrive within 1s"),
+        "and says why: {response}"
+    );
+    assert!(
+        waited >= std::time::Duration::from_millis(900),
+        "not before the timeout: {waited:?}"
+    );
+}
+
+#[test]
+fn a_client_that_stops_reading_is_let_go_after_the_write_timeout() {
+    use std::io::{Read, Write};
+    let (mut child, addr, path) = serve(
+        "write-timeout",
+        "[server]\nlisten = \"127.0.0.1:0\"\nwrite_timeout = \"1s\"\n\
+         [limits]\nmax_body_bytes = 16777216\nmax_line_bytes = 16777216\n\
+         [[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+    );
+    // An answer far larger than what the kernel buffers for a client that reads nothing.
+    let text = "x".repeat(8 << 20);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{text}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    );
+    let outcome = addr.as_deref().map(|addr| {
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.write_all(tools_call_request(addr, "echo", &body, "").as_bytes())
+            .unwrap();
+        // Read nothing for well over the write timeout, then see what is left.
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let read = conn.read_to_end(&mut got);
+        (read, got.len())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let (read, got) = outcome.expect("the gateway did not start");
+    // Without the timeout the gateway would wait on the write: the read would time out.
+    assert!(
+        read.is_ok()
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the gateway closed the connection: {read:?}"
+    );
+    assert!(
+        got > 0 && got < text.len(),
+        "the client got part of the answer, then the end: {got} bytes"
+    );
+}

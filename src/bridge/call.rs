@@ -592,8 +592,12 @@ impl Task {
                         return Step::Done(Err(backend_failed(self.lease.session().backend(), " during the call", "session ended")));
                     }
                     Some(CallEvent::Notification { method, params }) => {
-                        if let Some(note) = self.downstream_notification(method, params) {
-                            let _ = reply.send(Reply::Notification(note)).await;
+                        if let Some(note) = self.downstream_notification(method, params)
+                            && let Err(mpsc::error::TrySendError::Full(_)) = reply.try_send(Reply::Notification(note))
+                        {
+                            // Waiting for a client that is not reading would stop this call, and
+                            // every call on its session, from reading the backend: drop the note.
+                            tracing::debug!("client is not reading its stream; notification dropped");
                         }
                     }
                     Some(CallEvent::ServerRequest { id, method, params }) => {

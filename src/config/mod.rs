@@ -138,6 +138,11 @@ pub struct Server {
     /// How long a client connection may take to send a request head, and so how long an idle
     /// keep-alive connection stays open (MCP and internal listeners).
     pub header_timeout: Duration,
+    /// How long a request body may take to arrive once its head has.
+    pub body_timeout: Duration,
+    /// How long a write to a client may make no progress (the client stopped reading) before
+    /// the connection is closed.
+    pub write_timeout: Duration,
     /// Threads that serve client connections (`crate::shard`): one per CPU the process may use
     /// unless set.
     pub worker_threads: usize,
@@ -304,14 +309,16 @@ impl Config {
             listen,
             allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
             max_connections: positive("server.max_connections", raw.server.max_connections, 1024)?,
-            shutdown_grace: raw.server.shutdown_grace.unwrap_or(Duration::from_secs(10)),
-            header_timeout: in_range(
-                "server.header_timeout",
-                raw.server.header_timeout,
-                Duration::from_secs(30),
-                Duration::from_secs(1),
+            shutdown_grace: in_range(
+                "server.shutdown_grace",
+                raw.server.shutdown_grace,
+                Duration::from_secs(10),
+                Duration::ZERO,
                 Duration::from_secs(3600),
             )?,
+            header_timeout: client_timeout("server.header_timeout", raw.server.header_timeout)?,
+            body_timeout: client_timeout("server.body_timeout", raw.server.body_timeout)?,
+            write_timeout: client_timeout("server.write_timeout", raw.server.write_timeout)?,
             worker_threads: worker_threads(raw.server.worker_threads)?,
         };
 
@@ -640,7 +647,11 @@ impl Config {
         let mut s = String::new();
         let _ = writeln!(s, "listen            {}", self.server.listen);
         let _ = writeln!(s, "worker threads    {}", self.server.worker_threads);
-        let _ = writeln!(s, "header timeout    {:?}", self.server.header_timeout);
+        let _ = writeln!(
+            s,
+            "client timeouts   head {:?}, body {:?}, write {:?}",
+            self.server.header_timeout, self.server.body_timeout, self.server.write_timeout
+        );
         let _ = writeln!(
             s,
             "allowed origins   {}",
@@ -989,6 +1000,17 @@ fn in_range<T: PartialOrd + Copy + std::fmt::Debug>(
         return Err(bad(field, format!("must be between {min:?} and {max:?}")));
     }
     Ok(v)
+}
+
+/// A client-side deadline: 30 s unless set, 1 s to 1 h.
+fn client_timeout(field: &str, value: Option<Duration>) -> Result<Duration, ConfigError> {
+    in_range(
+        field,
+        value,
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        Duration::from_secs(3600),
+    )
 }
 
 fn key_ring(

@@ -42,6 +42,10 @@ pub struct Server {
     pub shutdown_grace: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub header_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub body_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub write_timeout: Option<Duration>,
     pub worker_threads: Option<usize>,
 }
 

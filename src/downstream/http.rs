@@ -7,6 +7,7 @@
 use crate::bridge::{self, Bridge, Reply};
 use crate::config::PrincipalSource;
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message};
+use crate::listener::{BodyError, read_body};
 use crate::metrics::{self, Metrics, Outcome};
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
@@ -15,7 +16,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -92,13 +93,13 @@ async fn handle(
     }
     check_origin(&bridge.config.server.allowed_origins, req.headers())?;
     let limits = &bridge.config.limits;
-    let too_large = || {
-        Refusal::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            jsonrpc::INVALID_REQUEST,
-            format!("request body over {} bytes", limits.max_body_bytes),
-        )
+    let unread = |e: BodyError| {
+        let (status, code) = match e {
+            BodyError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, jsonrpc::INVALID_REQUEST),
+            BodyError::TimedOut(_) => (StatusCode::REQUEST_TIMEOUT, jsonrpc::INVALID_REQUEST),
+            BodyError::Failed(_) => (StatusCode::BAD_REQUEST, jsonrpc::PARSE_ERROR),
+        };
+        Refusal::new(status, None, code, e.to_string())
     };
     if let Some(len) = req
         .headers()
@@ -107,26 +108,16 @@ async fn handle(
         .and_then(|v| v.parse::<u64>().ok())
         && len > limits.max_body_bytes as u64
     {
-        return Err(too_large());
+        return Err(unread(BodyError::TooLarge(limits.max_body_bytes)));
     }
     let (parts, body) = req.into_parts();
-    let bytes = match Limited::new(body, limits.max_body_bytes).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return Err(too_large());
-        }
-        Err(e) => {
-            return Err(Refusal::new(
-                StatusCode::BAD_REQUEST,
-                None,
-                jsonrpc::PARSE_ERROR,
-                format!("could not read the body: {e}"),
-            ));
-        }
-    };
+    let bytes = read_body(
+        body,
+        limits.max_body_bytes,
+        bridge.config.server.body_timeout,
+    )
+    .await
+    .map_err(unread)?;
     let message = jsonrpc::parse(&bytes, limits.max_json_depth).map_err(|e| Refusal {
         status: StatusCode::BAD_REQUEST,
         id: None,
