@@ -537,3 +537,40 @@ fn a_client_that_stops_reading_is_let_go_after_the_write_timeout() {
         "the client got part of the answer, then the end: {got} bytes"
     );
 }
+
+#[test]
+fn a_client_that_stops_reading_its_progress_does_not_stall_its_session() {
+    use std::io::{Read, Write};
+    let (mut child, addr, path) = serve(
+        "stalled-progress",
+        "[server]\nlisten = \"127.0.0.1:0\"\n[principal]\nsource = \"anonymous\"\n\
+         [limits]\nmax_body_bytes = 4194304\nrequest_timeout = \"3s\"\n\
+         [[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+    );
+    // Each notification carries the large token back: the kernel's buffers fill after a few.
+    let token = "t".repeat(200_000);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"progress","arguments":{{"steps":1000}},"_meta":{{"progressToken":"{token}","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    );
+    let answer = addr.as_deref().map(|addr| {
+        let mut stalled = std::net::TcpStream::connect(addr).expect("connect");
+        stalled
+            .write_all(tools_call_request(addr, "progress", &body, "").as_bytes())
+            .unwrap();
+        // Long enough for the unread notifications to fill every buffer on the way.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let started = std::time::Instant::now();
+        let answer = echo_call(addr);
+        let mut first = [0u8; 1];
+        let _ = stalled.read(&mut first);
+        (answer, started.elapsed())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let (answer, took) = answer.expect("the gateway did not start");
+    assert!(
+        answer.contains("on a shard") && !answer.contains("did not answer in time"),
+        "a call on the same backend session is answered ({took:?}): {answer}"
+    );
+}
