@@ -176,6 +176,9 @@ pub struct Limits {
     pub max_line_bytes: usize,
     pub max_parked_per_principal: usize,
     pub max_parked_total: usize,
+    /// Input requests a backend may have outstanding in one call; also the `roots/list`
+    /// requests outside any call held per session.
+    pub max_input_requests: usize,
     pub queue_wait: Duration,
     pub request_timeout: Duration,
     pub held_roots_wait: Duration,
@@ -379,6 +382,13 @@ impl Config {
                 raw.limits.max_parked_total,
                 10_000,
             )?,
+            max_input_requests: in_range(
+                "limits.max_input_requests",
+                raw.limits.max_input_requests,
+                32,
+                1,
+                1024,
+            )?,
             queue_wait: in_range(
                 "limits.queue_wait",
                 raw.limits.queue_wait,
@@ -401,8 +411,11 @@ impl Config {
                 Duration::from_secs(3600),
             )?,
         };
-        if limits.max_json_depth > 1000 {
-            return Err(bad("limits.max_json_depth", "at most 1000"));
+        if limits.max_json_depth > MAX_JSON_DEPTH {
+            return Err(bad(
+                "limits.max_json_depth",
+                format!("at most {MAX_JSON_DEPTH} (the JSON parser's own ceiling)"),
+            ));
         }
 
         let mut static_roots = Vec::new();
@@ -1001,6 +1014,9 @@ fn in_range<T: PartialOrd + Copy + std::fmt::Debug>(
     }
     Ok(v)
 }
+
+/// The deepest nesting `serde_json` parses.
+pub const MAX_JSON_DEPTH: usize = 127;
 
 /// A client-side deadline: 30 s unless set, 1 s to 1 h.
 fn client_timeout(field: &str, value: Option<Duration>) -> Result<Duration, ConfigError> {

@@ -83,6 +83,7 @@ pub struct Limits {
     pub max_line_bytes: Option<usize>,
     pub max_parked_per_principal: Option<usize>,
     pub max_parked_total: Option<usize>,
+    pub max_input_requests: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     pub queue_wait: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
