@@ -850,3 +850,77 @@ async fn wait_slow_call_cancelled(gw: &Gateway) {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_retry_that_no_longer_declares_a_capability_is_not_asked_for_it() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r1 = c.call_tool("pair", json!({}), &caps_all()).await;
+    let ke = r1.key_for("elicitation/create");
+    // The retry declares elicitation only, and answers it.
+    let r2 = c
+        .retry_tool(
+            "pair",
+            json!({}),
+            &json!({"elicitation": {}}),
+            json!({ ke: accept(json!({"name": "Bo"})) }),
+            &r1.state(),
+        )
+        .await;
+    let r = r2.result();
+    assert_ne!(
+        r["resultType"], "input_required",
+        "the sampling request is not sent to a retry that did not declare sampling: {r:#}"
+    );
+    // The backend heard the refusal a client without sampling gives.
+    let refused = gw
+        .backend_received()
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m.get("error").is_some())
+        .count();
+    assert_eq!(refused, 1, "{:#?}", gw.backend_received());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_asking_for_more_than_max_input_requests_is_refused_the_rest() {
+    let gw = Gateway::with(Options {
+        extra: "[limits]\nmax_input_requests = 1\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let r1 = c.call_tool("pair", json!({}), &caps_all()).await;
+    assert_eq!(r1.input_keys().len(), 1, "{:#}", r1.body);
+    let key = r1.input_keys().remove(0);
+    gw.wait_log(
+        5,
+        "the request over the limit is answered with an error",
+        |log| {
+            log.iter()
+                .any(|m| m.get("method").is_none() && m.get("error").is_some())
+        },
+    )
+    .await;
+    let answer = if key.starts_with("elicitation") {
+        accept(json!({"name": "Bo"}))
+    } else {
+        sampled("hi")
+    };
+    let done = c
+        .retry_tool(
+            "pair",
+            json!({}),
+            &caps_all(),
+            json!({ key: answer }),
+            &r1.state(),
+        )
+        .await;
+    assert_ne!(
+        done.result()["resultType"],
+        "input_required",
+        "{:#}",
+        done.body
+    );
+    gw.stop().await;
+}

@@ -34,8 +34,14 @@ fn caps() -> Value {
 }
 
 async fn parked_call(extra: &str) -> Parked {
+    parked_with(extra, "").await
+}
+
+/// A parked call, with `backend_extra` added to the backend's table.
+async fn parked_with(extra: &str, backend_extra: &str) -> Parked {
     let gw = Gateway::with(Options {
         extra: extra.into(),
+        backend_extra: format!("pool_max = 64\n{backend_extra}"),
         ..Default::default()
     })
     .await;
@@ -281,5 +287,27 @@ async fn a_state_that_is_not_a_string_is_refused() {
     let body = p.client.body("tools/call", json!({"name": "ask_form", "arguments": {"message": "m"}, "requestState": 42, "inputResponses": p.answer()}), &caps());
     let r = p.client.send(&body).await;
     assert_frozen(&r);
+    p.completes().await;
+}
+
+#[tokio::test]
+async fn a_state_is_refused_at_another_backends_endpoint() {
+    let p = parked_with(
+        "",
+        "path = \"/a\"\n[[backend]]\nname = \"other\"\nkind = \"builtin\"\npath = \"/b\"\n",
+    )
+    .await;
+    let at_b = Client::new(&p.gw.url.replace("/a", "/b")).with_principal("alice");
+    let r = at_b
+        .retry_tool(
+            "ask_form",
+            json!({"message": "m"}),
+            &caps(),
+            p.answer(),
+            &p.state,
+        )
+        .await;
+    assert_frozen(&r);
+    assert_eq!(p.gw.parked(), 1, "the parked call is undisturbed");
     p.completes().await;
 }

@@ -301,7 +301,7 @@ async fn resume(
             return;
         }
     }
-    let (claims, handle) = match check_state(bridge, &req, state) {
+    let (claims, handle) = match check_state(bridge, backend, &req, state) {
         Ok(found) => found,
         Err(failed) => {
             tracing::debug!(check = failed.as_str(), "requestState refused");
@@ -332,6 +332,7 @@ async fn resume(
 /// client gets the same error whatever it was.
 fn check_state(
     bridge: &Bridge,
+    backend: usize,
     req: &Request,
     state: &str,
 ) -> Result<(Claims, Handle), StateFailure> {
@@ -355,6 +356,10 @@ fn check_state(
         .parks
         .get(&claims.park)
         .ok_or(StateFailure::UnknownPark)?;
+    // The call is parked on another backend's endpoint: not the request it was issued for.
+    if handle.backend != backend {
+        return Err(StateFailure::Request);
+    }
     Ok((claims, handle))
 }
 
@@ -366,10 +371,27 @@ fn now_ms() -> u64 {
 }
 
 impl Task {
-    async fn run(mut self: Box<Self>, mut reply: mpsc::Sender<Reply>) {
-        let mut entry: Option<Entry> = None;
+    async fn run(self: Box<Self>, reply: mpsc::Sender<Reply>) {
+        let bridge = self.bridge.clone();
         // Boxed: a channel allocates room for 32 messages up front, and a parked call keeps it.
         let (resume_tx, mut resume_rx) = mpsc::channel::<Box<Resume>>(4);
+        Box::pin(self.rounds(reply, resume_tx, &mut resume_rx)).await;
+        // A retry handed over as the call ended (a second retry of a state already used, or
+        // one that met the deadline) gets the answer of any used or expired state.
+        resume_rx.close();
+        while let Ok(late) = resume_rx.try_recv() {
+            bridge.metrics.state_failure(StateFailure::UnknownPark);
+            let _ = late.reply.send(Reply::Done(Err(invalid_state()))).await;
+        }
+    }
+
+    async fn rounds(
+        mut self: Box<Self>,
+        mut reply: mpsc::Sender<Reply>,
+        resume_tx: mpsc::Sender<Box<Resume>>,
+        resume_rx: &mut mpsc::Receiver<Box<Resume>>,
+    ) {
+        let mut entry: Option<Entry> = None;
         loop {
             let step = Box::pin(self.drive(&reply)).await;
             match step {
@@ -421,6 +443,7 @@ impl Task {
                 let limits = &self.bridge.config.limits;
                 let handle = Handle {
                     resume: resume_tx.clone(),
+                    backend: self.backend,
                 };
                 match self.bridge.parks.insert(
                     self.principal,
@@ -512,6 +535,7 @@ impl Task {
             reply = resume.reply;
             self.meta = resume.meta;
             self.declared = self.declared.intersect(&resume.declared);
+            Box::pin(self.refuse_undeclared()).await;
             if let Some(outcome) = self.outcome.take() {
                 let _ = reply
                     .send(Reply::Done(self.bridge.finish(&self.method, true, outcome)))
@@ -676,6 +700,11 @@ impl Task {
                     .await;
                 Ok(None)
             }
+            Match::Ask(_) if !input::allowed(&self.declared, kind, params) => {
+                let e = input::refused_answer(kind, input::is_url_elicitation(params));
+                let _ = self.lease.session().respond(id, Err(e)).await;
+                Ok(None)
+            }
             Match::Ask(key) => {
                 let pending = Pending::new(Some(id), kind, &request);
                 self.pending.push((key, pending));
@@ -736,6 +765,20 @@ impl Task {
             let _ = self.lease.session().respond(id, Err(e)).await;
             return false;
         }
+        let most = self.bridge.config.limits.max_input_requests;
+        if self.pending.len() >= most {
+            tracing::warn!(
+                backend = %self.lease.session().backend(),
+                kind = kind.as_str(),
+                "backend asked for more than {most} inputs at once (limits.max_input_requests); refused"
+            );
+            let e = ErrorObject::new(
+                jsonrpc::INTERNAL_ERROR,
+                format!("more than {most} input requests are outstanding for this call"),
+            );
+            let _ = self.lease.session().respond(id, Err(e)).await;
+            return false;
+        }
         self.next_key += 1;
         let key = format!("{}-{}", kind.as_str(), self.next_key);
         let request = input::to_input_request(kind, params.as_ref());
@@ -762,7 +805,13 @@ impl Task {
             .with_data(json!({"requiredCapabilities": {"elicitation": {"url": {}}}}));
             return Step::Done(Err(needed));
         }
-        for params in elicitations {
+        let room = self
+            .bridge
+            .config
+            .limits
+            .max_input_requests
+            .saturating_sub(self.pending.len());
+        for params in elicitations.into_iter().take(room) {
             self.next_key += 1;
             let key = format!("elicitation-{}", self.next_key);
             let request = input::to_input_request(Kind::Elicitation, Some(&params));
@@ -794,6 +843,25 @@ impl Task {
             }
         }
         Ok(())
+    }
+
+    /// Answers upstream, with the refusal a client without the capability would give, the input
+    /// requests this retry's capabilities no longer allow: a round only asks what its request
+    /// declared.
+    async fn refuse_undeclared(&mut self) {
+        let declared = self.declared;
+        let (kept, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(_, p)| input::allowed(&declared, p.kind, p.request().get("params")));
+        self.pending = kept;
+        for (key, pending) in refused {
+            tracing::info!(%key, "the retry no longer declares this input's capability; refused upstream");
+            let url = input::is_url_elicitation(pending.request().get("params"));
+            if let Some(id) = pending.upstream {
+                let e = input::refused_answer(pending.kind, url);
+                let _ = self.lease.session().respond(id, Err(e)).await;
+            }
+        }
     }
 
     /// Backend activity while the client is away.

@@ -26,6 +26,8 @@ pub struct Resume {
 #[derive(Debug, Clone)]
 pub struct Handle {
     pub resume: mpsc::Sender<Box<Resume>>,
+    /// The backend the call runs on: a state opens only at that backend's endpoint.
+    pub backend: usize,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +136,7 @@ mod tests {
     fn handle() -> Handle {
         Handle {
             resume: mpsc::channel(1).0,
+            backend: 0,
         }
     }
 
