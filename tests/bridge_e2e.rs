@@ -924,3 +924,27 @@ async fn a_backend_asking_for_more_than_max_input_requests_is_refused_the_rest()
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_call_that_times_out_leaves_its_session_to_close() {
+    let gw = Gateway::with(Options {
+        extra: "[limits]\nrequest_timeout = \"500ms\"\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let late = c.call_tool("slow", json!({"ms": 3000}), &json!({})).await;
+    assert_eq!(late.error_code(), -32001, "{:#}", late.body);
+    // The backend may be stuck: the next call starts a session of its own.
+    let next = c
+        .call_tool("echo", json!({"text": "fresh"}), &json!({}))
+        .await;
+    assert_eq!(next.tool_json(), json!({"echo": "fresh"}));
+    let initialized = gw
+        .backend_received()
+        .iter()
+        .filter(|m| m["method"] == "initialize")
+        .count();
+    assert_eq!(initialized, 2, "{:#?}", gw.backend_received());
+    gw.stop().await;
+}

@@ -588,6 +588,7 @@ impl Task {
                 _ = async { tokio::time::sleep_until(coalesce.expect("guarded")).await }, if coalesce.is_some() => return Step::Park,
                 _ = &mut timeout => {
                     self.cancel_upstream("the call took too long").await;
+                    self.lease.retire();
                     return Step::Done(Err(upstream_error(&crate::upstream::Error::Timeout(self.lease.session().backend().to_owned()))));
                 }
                 event = self.call.events.recv() => match event {

@@ -273,6 +273,9 @@ impl Bridge {
             Ok(o) => o,
             Err(_) => {
                 lease.session().forget(call.id.clone());
+                // A backend that did not answer in time may be stuck: later calls get a new
+                // session, and this one closes once its other calls are done.
+                lease.retire();
                 return Err(upstream_error(&upstream::Error::Timeout(
                     lease.session().backend().to_owned(),
                 )));
