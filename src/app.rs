@@ -78,18 +78,21 @@ impl Running {
     }
 
     /// Drains: new requests are refused while retries of parked calls are still served,
-    /// until no call is parked or `grace` has passed. Shut down afterwards.
+    /// until no request is in flight (parked calls included) or `grace` has passed. A call
+    /// already running when the drain starts may still park; its retry is served too. Shut
+    /// down afterwards.
     pub async fn drain(&self, grace: std::time::Duration) {
         self.bridge.start_draining();
-        let parked = self.bridge.parked();
-        if parked > 0 {
+        let in_flight = self.bridge.in_flight();
+        if in_flight > 0 {
             tracing::info!(
-                parked,
-                "draining: serving retries of parked calls for up to {grace:?}"
+                in_flight,
+                parked = self.bridge.parked(),
+                "draining: finishing calls and serving retries of parked ones for up to {grace:?}"
             );
         }
         let emptied = async {
-            while self.bridge.parked() > 0 {
+            while self.bridge.in_flight() > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         };
@@ -231,8 +234,11 @@ async fn accept_loop(
         downstream::http::serve(engine.clone(), req)
     })
     .await;
-    bridge.close(grace).await;
-    if tokio::time::timeout(grace, connections.wait())
+    // One deadline for the calls and the connections: they finish side by side.
+    let deadline = tokio::time::Instant::now() + grace;
+    bridge.close(deadline).await;
+    let until = deadline.max(tokio::time::Instant::now()) + crate::bridge::SESSION_CLOSE;
+    if tokio::time::timeout_at(until, connections.wait())
         .await
         .is_err()
     {

@@ -948,3 +948,54 @@ async fn a_call_that_times_out_leaves_its_session_to_close() {
     assert_eq!(initialized, 2, "{:#?}", gw.backend_received());
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_waits_for_a_running_call_and_serves_the_retry_of_one_that_parks_late() {
+    let gw = Gateway::with(Options {
+        backend_extra: "pool_max = 1\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    // The one session is held by an interactive call; the next call waits for it, and parks
+    // only after the drain has begun.
+    let first = tokio::spawn({
+        let (c, caps) = (c.clone(), caps.clone());
+        async move { c.call_tool("slow", json!({"ms": 800}), &caps).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let second = tokio::spawn({
+        let (c, caps) = (c.clone(), caps.clone());
+        async move { c.call_tool("ask_form", json!({}), &caps).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let running = gw.running.as_ref().expect("running");
+    let drain = async {
+        running.drain(std::time::Duration::from_secs(10)).await;
+        started.elapsed()
+    };
+    let client_side = async {
+        let parked = second.await.expect("second call");
+        let key = parked.key_for("elicitation/create");
+        let done = c
+            .retry_tool(
+                "ask_form",
+                json!({}),
+                &caps,
+                json!({ key: accept(json!({"name": "Late"})) }),
+                &parked.state(),
+            )
+            .await;
+        (done, started.elapsed())
+    };
+    let (drained_after, (done, retried_after)) = tokio::join!(drain, client_side);
+    assert_eq!(done.tool_json()["content"]["name"], "Late");
+    assert!(
+        drained_after >= retried_after,
+        "the drain ended ({drained_after:?}) only after the late call's retry was served ({retried_after:?})"
+    );
+    let _ = first.await;
+    gw.stop().await;
+}

@@ -88,7 +88,9 @@ async fn abandoned_park_cancels_upstream_releases_the_session_and_frees_the_entr
         bridge.pool(0).open_sessions(),
         log_lines(&log)
     );
-    bridge.close(Duration::from_secs(1)).await;
+    bridge
+        .close(tokio::time::Instant::now() + Duration::from_secs(1))
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -125,5 +127,7 @@ async fn a_retry_before_the_deadline_still_completes() {
     };
     assert_eq!(done["resultType"], "complete", "{done:#}");
     assert_eq!(bridge.parked(), 0);
-    bridge.close(Duration::from_secs(1)).await;
+    bridge
+        .close(tokio::time::Instant::now() + Duration::from_secs(1))
+        .await;
 }

@@ -52,6 +52,10 @@ pub fn invalid_state() -> ErrorObject {
     )
 }
 
+/// How long upstream sessions may take to close once the shutdown grace is over: a stdio child
+/// gets two seconds after its stdin closes, then is killed.
+pub const SESSION_CLOSE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Shared state of the engine.
 #[derive(Debug)]
 pub struct Bridge {
@@ -128,11 +132,12 @@ impl Bridge {
     }
 
     /// Stops the engine: parked and running calls are abandoned (backends told), then, once
-    /// they are done or `grace` passed, every upstream session closes.
-    pub async fn close(&self, grace: std::time::Duration) {
+    /// they are done or `deadline` passed, every upstream session closes, which may take
+    /// [`SESSION_CLOSE`] more.
+    pub async fn close(&self, deadline: tokio::time::Instant) {
         self.shutdown.cancel();
         self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait())
+        if tokio::time::timeout_at(deadline, self.tasks.wait())
             .await
             .is_err()
         {
@@ -142,12 +147,15 @@ impl Bridge {
         // Each session writes what it still has, closes its connection and reaps its child
         // (a stdio child gets two seconds after stdin closes, then is killed).
         let closed = futures_util::future::join_all(self.pools.iter().map(|p| p.closed()));
-        if tokio::time::timeout(grace + std::time::Duration::from_secs(3), closed)
-            .await
-            .is_err()
-        {
+        let until = deadline.max(tokio::time::Instant::now()) + SESSION_CLOSE;
+        if tokio::time::timeout_at(until, closed).await.is_err() {
             tracing::warn!("upstream sessions still closing after the shutdown grace");
         }
+    }
+
+    /// Requests being served now, parked calls among them.
+    pub fn in_flight(&self) -> usize {
+        self.tasks.len()
     }
 
     /// Index of the backend serving `path`.
