@@ -177,6 +177,13 @@ pub fn from_value(value: Value) -> Result<Message, FrameError> {
     }
     let id = match obj.remove("id") {
         None => None,
+        // MCP: a request's id is never null; a response carries null only when the id of the
+        // message it answers was unknown, which leaves nothing to route it to.
+        Some(Value::Null) if obj.contains_key("method") => {
+            return Err(FrameError::Shape(
+                "`id` must not be null (a notification has no `id`)".into(),
+            ));
+        }
         Some(Value::Null) => None,
         Some(v) => Some(
             serde_json::from_value::<Id>(v)
@@ -291,6 +298,7 @@ mod tests {
             br#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":3}"#,
             br#"{"jsonrpc":"2.0","id":{},"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
             br#"{"jsonrpc":"2.0","id":1}"#,
             br#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}}"#,

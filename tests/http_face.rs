@@ -57,11 +57,6 @@ async fn header_mismatches_are_400_with_header_mismatch() {
         400,
         -32020,
     );
-    expect(
-        &post(&c, &b, &[("MCP-Protocol-Version", "2025-11-25"), M, N]).await,
-        400,
-        -32020,
-    );
     let read = c.body(
         "resources/read",
         json!({"uri": "fixture://info"}),
@@ -121,6 +116,21 @@ async fn an_unsupported_version_lists_the_supported_ones() {
         r.body["error"]["data"],
         json!({"supported": ["2026-07-28"], "requested": "2099-01-01"})
     );
+    // A legacy client's header is answered the same way, whatever its body holds.
+    let b = call_body(&c, "echo");
+    let r = post(&c, &b, &[("MCP-Protocol-Version", "2025-11-25"), M, N]).await;
+    expect(&r, 400, -32022);
+    assert_eq!(r.body["error"]["data"]["requested"], "2025-11-25");
+    // So is a legacy handshake, which has no header yet.
+    let hello = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "old", "version": "1"}}});
+    let r = post(&c, &hello, &[("Mcp-Method", "initialize")]).await;
+    expect(&r, 400, -32022);
+    assert_eq!(
+        r.body["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2025-06-18"})
+    );
     gw.stop().await;
 }
 
@@ -132,6 +142,13 @@ async fn unknown_and_legacy_only_methods_are_404_method_not_found() {
         let b = c.body(method, json!({}), &json!({}));
         expect(
             &post(&c, &b, &[V, ("Mcp-Method", method)]).await,
+            404,
+            -32601,
+        );
+        // Without `_meta` too: the method is decided first.
+        let bare = json!({"jsonrpc": "2.0", "id": 2, "method": method});
+        expect(
+            &post(&c, &bare, &[V, ("Mcp-Method", method)]).await,
             404,
             -32601,
         );

@@ -44,6 +44,11 @@ impl Refusal {
         }
     }
 
+    fn with_data(mut self, data: Value) -> Refusal {
+        self.error = self.error.with_data(data);
+        self
+    }
+
     fn of(mut self, method: metrics::Method) -> Refusal {
         self.method = method;
         self
@@ -239,9 +244,18 @@ fn check_request(
 ) -> Result<RequestMeta, Refusal> {
     let mismatch =
         |msg: String| Refusal::new(StatusCode::BAD_REQUEST, Some(id), HEADER_MISMATCH, msg);
-    let header_version = header_str(headers, "mcp-protocol-version")
-        .map_err(&mismatch)?
-        .ok_or_else(|| mismatch("MCP-Protocol-Version header is required".into()))?;
+    let header_version = match header_str(headers, "mcp-protocol-version").map_err(&mismatch)? {
+        Some(v) => v,
+        // A legacy client's handshake: tell it which version this endpoint speaks.
+        None if method == "initialize" => {
+            let asked = params.get("protocolVersion").and_then(Value::as_str);
+            return Err(unsupported(id, asked.unwrap_or("unknown")));
+        }
+        None => return Err(mismatch("MCP-Protocol-Version header is required".into())),
+    };
+    if header_version != MODERN {
+        return Err(unsupported(id, &header_version));
+    }
     let header_method = header_str(headers, "mcp-method")
         .map_err(&mismatch)?
         .ok_or_else(|| mismatch("Mcp-Method header is required".into()))?;
@@ -249,6 +263,17 @@ fn check_request(
         return Err(mismatch(format!(
             "Mcp-Method header `{header_method}` does not match body method `{method}`"
         )));
+    }
+    let known = method == "server/discover"
+        || protocol::is_forwarded_method(method)
+        || protocol::is_mrtr_method(method);
+    if !known {
+        return Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("method `{method}` is not available"),
+        ));
     }
     let meta = RequestMeta::from_params(Some(params)).map_err(|e| {
         Refusal::new(
@@ -263,21 +288,6 @@ fn check_request(
             "MCP-Protocol-Version header `{header_version}` does not match _meta version `{}`",
             meta.protocol_version
         )));
-    }
-    if meta.protocol_version != MODERN {
-        return Err(Refusal {
-            method: metrics::Method::Other,
-            status: StatusCode::BAD_REQUEST,
-            id: Some(id.clone()),
-            error: ErrorObject::new(
-                jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
-                format!(
-                    "protocol version `{}` is not supported",
-                    meta.protocol_version
-                ),
-            )
-            .with_data(json!({"supported": [MODERN], "requested": meta.protocol_version})),
-        });
     }
     if protocol::is_mrtr_method(method) {
         let field = if method == "resources/read" {
@@ -305,18 +315,18 @@ fn check_request(
             )));
         }
     }
-    let known = method == "server/discover"
-        || protocol::is_forwarded_method(method)
-        || protocol::is_mrtr_method(method);
-    if !known {
-        return Err(Refusal::new(
-            StatusCode::NOT_FOUND,
-            Some(id),
-            jsonrpc::METHOD_NOT_FOUND,
-            format!("method `{method}` is not available"),
-        ));
-    }
     Ok(meta)
+}
+
+/// 400 with -32022: the version asked for is not the one this endpoint speaks.
+fn unsupported(id: &Id, requested: &str) -> Refusal {
+    Refusal::new(
+        StatusCode::BAD_REQUEST,
+        Some(id),
+        jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+        format!("protocol version `{requested}` is not supported"),
+    )
+    .with_data(json!({"supported": [MODERN], "requested": requested}))
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> Result<Option<String>, String> {
