@@ -999,3 +999,35 @@ async fn the_drain_waits_for_a_running_call_and_serves_the_retry_of_one_that_par
     let _ = first.await;
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn log_messages_reach_the_client_only_at_or_above_the_level_it_asked_for() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let levels = |r: &Reply| -> Vec<String> {
+        r.notifications
+            .iter()
+            .filter(|n| n["method"] == "notifications/message")
+            .map(|n| n["params"]["level"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    // Over stdio a log message names no request: it goes to the session's interactive call.
+    let caps = json!({"elicitation": {}});
+    let mut body = c.body(
+        "tools/call",
+        json!({"name": "log_levels", "arguments": {}}),
+        &caps,
+    );
+    body["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("error");
+    let r = c.send(&body).await;
+    assert_eq!(r.tool_json(), json!({"sent": 8}));
+    assert_eq!(levels(&r), ["error", "critical", "alert", "emergency"]);
+    // Without a level, no log message at all.
+    let quiet = c.call_tool("log_levels", json!({}), &caps).await;
+    assert!(levels(&quiet).is_empty(), "{:?}", quiet.notifications);
+    // A level that is not one of the eight is refused.
+    body["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("loud");
+    let bad = c.send(&body).await;
+    assert_eq!(bad.error_code(), -32602, "{:#}", bad.body);
+    gw.stop().await;
+}

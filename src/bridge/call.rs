@@ -15,7 +15,7 @@ use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
 use crate::metrics::{AbandonReason, RetryReason, RetryResult, StateFailure};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
-use crate::protocol::meta::RequestMeta;
+use crate::protocol::meta::{self, RequestMeta};
 use crate::seal::{Claims, Digest, ParkId, Transcript, Turn};
 use crate::upstream::{CallEvent, Lease};
 use futures_util::future::BoxFuture;
@@ -937,7 +937,13 @@ impl Task {
                 params["progressToken"] = token;
             }
             "notifications/message" => {
-                self.meta.log_level.as_ref()?;
+                // Only at or above the level the request asked for; a level the backend made up
+                // is passed on.
+                let wanted = self.meta.log_level.as_deref().and_then(meta::severity)?;
+                let level = params.get("level").and_then(Value::as_str);
+                if level.and_then(meta::severity).is_some_and(|l| l < wanted) {
+                    return None;
+                }
             }
             _ => return None,
         }

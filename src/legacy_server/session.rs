@@ -200,6 +200,15 @@ impl Ctx {
         self.progress_token.is_some()
     }
 
+    /// Sends a log message (`notifications/message`) for the request being served.
+    pub(crate) fn log(&self, level: &str, text: &str) {
+        let params = json!({"level": level, "logger": "fixture", "data": text});
+        self.shared.send_for(
+            self.origin.as_ref(),
+            wire::notification("notifications/message", params),
+        );
+    }
+
     /// Sends a progress notification if the client asked for progress.
     pub(crate) fn progress(&self, progress: u64, total: u64, message: &str) {
         let Some(token) = &self.progress_token else {

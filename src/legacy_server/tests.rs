@@ -275,7 +275,8 @@ async fn tools_list_lists_every_tool_with_schemas() {
             "crash",
             "session_info",
             "progress",
-            "two_step"
+            "two_step",
+            "log_levels"
         ]
     );
     for tool in tools {

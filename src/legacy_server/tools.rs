@@ -170,6 +170,15 @@ const TOOLS: &[ToolDef] = &[
         destructive: false,
         idempotent: true,
     },
+    ToolDef {
+        name: "log_levels",
+        description: "Sends one log message (notifications/message) at each of the eight levels, debug first.",
+        properties: no_properties,
+        required: &[],
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+    },
 ];
 
 /// The `tools/list` result.
@@ -223,6 +232,7 @@ pub(crate) async fn call(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
         "all_three" => all_three(ctx).await,
         "pair" => pair(ctx).await,
         "two_step" => two_step(ctx, args).await,
+        "log_levels" => log_levels(ctx),
         "url_required" => url_required(ctx),
         "slow" => slow(ctx, args).await,
         "crash" => crash(ctx).await,
@@ -319,6 +329,23 @@ async fn pair(ctx: &Ctx) -> ToolResult {
 
 /// Two rounds: the second question depends on the first answer, so a replayed call that got
 /// a different first answer would be asked a different second question.
+fn log_levels(ctx: &Ctx) -> ToolResult {
+    const LEVELS: [&str; 8] = [
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    ];
+    for level in LEVELS {
+        ctx.log(level, &format!("a message at {level}"));
+    }
+    Ok(json!({"sent": LEVELS.len()}))
+}
+
 async fn two_step(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {
     let tag = optional_str(args, "tag")?.unwrap_or("");
     let first = asks::ask_form(ctx, &format!("Name for {tag}?"), name_form()).await?;

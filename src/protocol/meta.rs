@@ -94,8 +94,25 @@ pub enum MetaError {
     NoVersion,
     #[error("params._meta[\"{CLIENT_CAPABILITIES}\"] is required and must be an object")]
     NoCapabilities,
-    #[error("params._meta[\"{LOG_LEVEL}\"] must be a string")]
+    #[error(
+        "params._meta[\"{LOG_LEVEL}\"] must be one of debug, info, notice, warning, error, critical, alert, emergency"
+    )]
     BadLogLevel,
+}
+
+/// The rank of a log level (RFC 5424 names, as MCP uses them), lowest first.
+pub fn severity(level: &str) -> Option<u8> {
+    const LEVELS: [&str; 8] = [
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    ];
+    LEVELS.iter().position(|l| *l == level).map(|i| i as u8)
 }
 
 impl RequestMeta {
@@ -116,7 +133,7 @@ impl RequestMeta {
             .clone();
         let log_level = match meta.get(LOG_LEVEL) {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::String(s)) if severity(s).is_some() => Some(s.clone()),
             Some(_) => return Err(MetaError::BadLogLevel),
         };
         let other = meta
