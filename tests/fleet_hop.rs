@@ -453,5 +453,14 @@ async fn auto_replays_annotated_tools_and_per_tool_settings_win() {
         log.iter().filter(|m| m["method"] == "tools/list").count() == 1
     })
     .await;
+    // Fetched before the first call went out: a backend that serves one request at a time
+    // would not answer it while that call waits for input.
+    let methods: Vec<Value> = gw
+        .backend_received()
+        .iter()
+        .map(|m| m["method"].clone())
+        .filter(|m| m == "tools/list" || m == "tools/call")
+        .collect();
+    assert_eq!(methods.first(), Some(&json!("tools/list")), "{methods:?}");
     gw.stop().await;
 }

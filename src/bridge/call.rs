@@ -191,21 +191,21 @@ async fn begin(
             return;
         }
     }
+    // Looked up before the call goes out: a backend that serves one request at a time would
+    // not answer a `tools/list` while the call waits for input.
+    let (round, next_key, run) = match rerun {
+        Some((round, next_key, run)) => (round, next_key, Some(run)),
+        None => {
+            let replayed = interactive && Box::pin(replay::chosen(&bridge, backend, &req)).await;
+            (0, 0, replayed.then(replay::Run::default))
+        }
+    };
     let sent = Instant::now();
     let (lease, call) = match Box::pin(bridge.issue(backend, &req, interactive)).await {
         Ok(issued) => issued,
         Err(e) => {
             let _ = reply.send(Reply::Done(Err(e))).await;
             return;
-        }
-    };
-    // The policy only matters once the call parks, so it is looked up while the call runs.
-    let (round, next_key, run) = match rerun {
-        Some((round, next_key, run)) => (round, next_key, Some(run)),
-        None => {
-            let replayed = interactive
-                && Box::pin(replay::chosen(&bridge, backend, &req, lease.session())).await;
-            (0, 0, replayed.then(replay::Run::default))
         }
     };
     let session_declared = lease.session().info().declared;

@@ -134,13 +134,9 @@ pub(super) fn replayable_tool(tool: &Value) -> bool {
 }
 
 /// Decides, before the call is sent, whether it runs in replay mode. `auto` asks the backend
-/// for its tool list on the call's own session (cached per backend and principal).
-pub(super) async fn chosen(
-    bridge: &Bridge,
-    backend: usize,
-    req: &Request,
-    session: &Session,
-) -> bool {
+/// for its tool list (cached per backend and principal) on a session of the caller's, leased
+/// as for any other non-interactive request and let go before the call takes one.
+pub(super) async fn chosen(bridge: &Bridge, backend: usize, req: &Request) -> bool {
     let tool = req.params.get("name").and_then(Value::as_str);
     match bridge.config.backends[backend]
         .replay
@@ -153,6 +149,14 @@ pub(super) async fn chosen(
             let tools = match bridge.annotations.cached(backend, req.principal) {
                 Some(t) => t,
                 None => {
+                    let lease = match bridge.lease(backend, req, false).await {
+                        Ok(lease) => lease,
+                        Err(e) => {
+                            tracing::info!(backend = %bridge.config.backends[backend].name, "no tool annotations ({e}); holding the call");
+                            return false;
+                        }
+                    };
+                    let session = lease.session();
                     match fetch_annotations(session, bridge.config.limits.request_timeout).await {
                         Ok(t) => {
                             let t = Arc::new(t);
