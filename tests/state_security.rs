@@ -311,3 +311,42 @@ async fn a_state_is_refused_at_another_backends_endpoint() {
     assert_eq!(p.gw.parked(), 1, "the parked call is undisturbed");
     p.completes().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_racing_for_one_state_get_the_result_or_the_state_error_never_another() {
+    let gw = Gateway::start().await;
+    let client = gw.client().with_principal("alice");
+    for _ in 0..20 {
+        let r = client
+            .call_tool("ask_form", json!({"message": "m"}), &caps())
+            .await;
+        let key = r.key_for("elicitation/create");
+        let state = r.state();
+        let retries = (0..6).map(|_| {
+            let (client, key, state) = (client.clone(), key.clone(), state.clone());
+            tokio::spawn(async move {
+                client
+                    .retry_tool(
+                        "ask_form",
+                        json!({"message": "m"}),
+                        &caps(),
+                        json!({ key: accept(json!({"name": "n"})) }),
+                        &state,
+                    )
+                    .await
+            })
+        });
+        let mut completed = 0;
+        for retry in retries {
+            let r = retry.await.expect("retry");
+            if r.body.get("error").is_some() {
+                assert_frozen(&r);
+            } else {
+                assert_eq!(r.tool_json()["content"]["name"], "n");
+                completed += 1;
+            }
+        }
+        assert_eq!(completed, 1, "exactly one retry completes the call");
+    }
+    gw.stop().await;
+}
