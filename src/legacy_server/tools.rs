@@ -330,20 +330,11 @@ async fn pair(ctx: &Ctx) -> ToolResult {
 /// Two rounds: the second question depends on the first answer, so a replayed call that got
 /// a different first answer would be asked a different second question.
 fn log_levels(ctx: &Ctx) -> ToolResult {
-    const LEVELS: [&str; 8] = [
-        "debug",
-        "info",
-        "notice",
-        "warning",
-        "error",
-        "critical",
-        "alert",
-        "emergency",
-    ];
-    for level in LEVELS {
+    use crate::protocol::meta::LOG_LEVELS;
+    for level in LOG_LEVELS {
         ctx.log(level, &format!("a message at {level}"));
     }
-    Ok(json!({"sent": LEVELS.len()}))
+    Ok(json!({"sent": LOG_LEVELS.len()}))
 }
 
 async fn two_step(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {

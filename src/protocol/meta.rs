@@ -100,19 +100,21 @@ pub enum MetaError {
     BadLogLevel,
 }
 
-/// The rank of a log level (RFC 5424 names, as MCP uses them), lowest first.
-pub fn severity(level: &str) -> Option<u8> {
-    const LEVELS: [&str; 8] = [
-        "debug",
-        "info",
-        "notice",
-        "warning",
-        "error",
-        "critical",
-        "alert",
-        "emergency",
-    ];
-    LEVELS.iter().position(|l| *l == level).map(|i| i as u8)
+/// The log levels (RFC 5424 names, as MCP uses them), lowest first.
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// The rank of a log level in [`LOG_LEVELS`].
+pub fn severity(level: &str) -> Option<usize> {
+    LOG_LEVELS.iter().position(|l| *l == level)
 }
 
 impl RequestMeta {
