@@ -17,6 +17,9 @@ use tokio_util::sync::CancellationToken;
 /// How long a child gets to exit after its stdin closes before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
+/// The longest stderr line logged; the rest of a longer line is dropped.
+const MAX_STDERR_LINE: usize = 16 * 1024;
+
 /// Spawns the child, runs `initialize`, and returns the handle of the task that owns it.
 pub async fn spawn(
     cfg: &Stdio,
@@ -42,12 +45,11 @@ pub async fn spawn(
     let stderr = child.stderr.take().expect("stderr is piped");
     let backend = start.backend.clone();
     let pid = child.id();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::info!(backend = %backend, pid, "stderr: {line}");
-        }
-    });
+    // Drained to its end whatever it carries: a child whose stderr pipe closed would die on its
+    // next log line.
+    tokio::spawn(drain_stderr(stderr, MAX_STDERR_LINE, move |line| {
+        tracing::info!(backend = %backend, pid, "stderr: {line}");
+    }));
     let backend = start.backend.clone();
     let on_exit = async move {
         // Closing stdin (done by the session task) asks the child to exit; then it is killed.
@@ -60,6 +62,52 @@ pub async fn spawn(
         }
     };
     connect(stdout, stdin, start, shutdown, on_exit).await
+}
+
+/// Reads `stderr` until it ends, handing each line to `log`: bytes that are not UTF-8 are
+/// replaced, and a line longer than `max` bytes is cut there (and says so), so a child that
+/// writes without newlines holds at most `max` bytes here.
+async fn drain_stderr<R: AsyncRead + Unpin>(stderr: R, max: usize, mut log: impl FnMut(&str)) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut dropped = 0usize;
+    let mut say = |line: &mut Vec<u8>, dropped: &mut usize| {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches('\r');
+        if *dropped > 0 {
+            log(&format!(
+                "{text}… ({dropped} more bytes of this line dropped)"
+            ));
+        } else {
+            log(text);
+        }
+        line.clear();
+        *dropped = 0;
+    };
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok([]) => break,
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!("reading a backend's stderr failed: {e}");
+                break;
+            }
+        };
+        let end = buf.iter().position(|b| *b == b'\n');
+        let chunk = &buf[..end.unwrap_or(buf.len())];
+        let kept = chunk.len().min(max - line.len());
+        line.extend_from_slice(&chunk[..kept]);
+        dropped += chunk.len() - kept;
+        let used = end.map_or(buf.len(), |i| i + 1);
+        reader.consume(used);
+        if end.is_some() {
+            say(&mut line, &mut dropped);
+        }
+    }
+    if !line.is_empty() || dropped > 0 {
+        say(&mut line, &mut dropped);
+    }
 }
 
 /// Runs a session over any byte streams (the built-in backend and tests use in-memory pipes).
@@ -141,5 +189,53 @@ where
     async fn close(mut self) {
         // Closing stdin asks a stdio server to exit.
         let _ = self.writer.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Everything a child writes to stderr through a small pipe, and the lines logged from it.
+    async fn drained(max: usize, written: Vec<u8>) -> Vec<String> {
+        let (mut child, ours) = tokio::io::duplex(64);
+        let mut lines = Vec::new();
+        let writer = async move {
+            // Completes only if the reader keeps reading: the pipe holds 64 bytes.
+            child.write_all(&written).await.expect("stderr is drained");
+        };
+        let reader = drain_stderr(ours, max, |l| lines.push(l.to_owned()));
+        tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(writer, reader)
+        })
+        .await
+        .expect("drained to the end");
+        lines
+    }
+
+    #[tokio::test]
+    async fn stderr_that_is_not_utf8_is_logged_and_drained_to_the_end() {
+        let mut written = b"before\n\xff\xfe broken\n".to_vec();
+        written.extend(b"after\n".repeat(1000));
+        let lines = drained(1024, written).await;
+        assert_eq!(lines[0], "before");
+        assert_eq!(lines[1], "\u{fffd}\u{fffd} broken");
+        assert_eq!(lines.len(), 1002, "every line after the bad bytes is read");
+        assert_eq!(lines[1001], "after");
+    }
+
+    #[tokio::test]
+    async fn an_over_long_stderr_line_is_cut_and_the_next_one_is_whole() {
+        let mut written = vec![b'x'; 100_000];
+        written.extend(b"\nnext\nunfinished");
+        let lines = drained(16, written).await;
+        assert_eq!(
+            lines,
+            [
+                "xxxxxxxxxxxxxxxx… (99984 more bytes of this line dropped)",
+                "next",
+                "unfinished",
+            ]
+        );
     }
 }

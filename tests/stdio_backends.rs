@@ -1,0 +1,97 @@
+//! End to end over misbehaving stdio backends: a 2026-07-28 client over loopback, the gateway,
+//! and a small python3 MCP server (written by the test into a scratch directory) that does one
+//! thing a real server might: log bytes that are not UTF-8, ask for roots outside any call, or
+//! answer strictly one line at a time with large messages. Each test drives one behaviour.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::path::PathBuf;
+
+/// A legacy stdio MCP server, strictly synchronous: it reads one line, handles it, writes the
+/// answer, and only then reads the next. It appends every message it receives to `$LOG`.
+///
+/// Flags: `stderr` logs bytes that are not UTF-8 and a 2 MB line without a newline at start,
+/// then a line for every message; `roots=N` asks for roots N times once initialized.
+const SERVER: &str = r#"
+import json, os, sys
+
+flags = sys.argv[1:]
+roots = next((int(f.split("=")[1]) for f in flags if f.startswith("roots=")), 0)
+log = open(os.environ["LOG"], "a")
+
+def out(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+def err(data):
+    sys.stderr.buffer.write(data)
+    sys.stderr.buffer.flush()
+
+def text(id, text):
+    out({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
+
+if "stderr" in flags:
+    err(b"starting \xff\xfe not utf-8\n")
+    err(b"x" * 2_000_000)
+    err(b"\n")
+
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    msg = json.loads(line)
+    log.write(json.dumps(msg) + "\n")
+    log.flush()
+    method, id = msg.get("method"), msg.get("id")
+    if "stderr" in flags:
+        err(b"handling \xff " + str(method).encode() + b"\n")
+    if method == "initialize":
+        out({"jsonrpc": "2.0", "id": id, "result": {
+            "protocolVersion": msg["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "py", "version": "0"}}})
+    elif method == "notifications/initialized":
+        for i in range(roots):
+            out({"jsonrpc": "2.0", "id": f"roots-{i}", "method": "roots/list"})
+    elif method == "tools/list":
+        schema = {"type": "object"}
+        out({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+            {"name": "echo", "inputSchema": schema},
+            {"name": "big", "inputSchema": schema}]}})
+    elif method == "tools/call":
+        args = msg["params"].get("arguments") or {}
+        if msg["params"]["name"] == "big":
+            text(id, "y" * 300_000)
+        else:
+            text(id, json.dumps({"bytes": len(json.dumps(args))}))
+    elif method is not None and id is not None:
+        out({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no " + method}})
+"#;
+
+/// A gateway in front of [`SERVER`] run with `flags`; `extra` goes before the backend table.
+async fn gateway(flags: &[&str], extra: &str) -> (Gateway, PathBuf) {
+    let dir = scratch("stdio");
+    let script = dir.join("server.py");
+    std::fs::write(&script, SERVER).expect("write the server");
+    let log = dir.join("backend.log");
+    let mut args = vec![script.display().to_string()];
+    args.extend(flags.iter().map(|f| (*f).to_owned()));
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{extra}\n[[backend]]\nname = \"py\"\ncommand = \"python3\"\nargs = {args:?}\nenv = {{ LOG = {log:?} }}\npool_max = 4\n",
+        log = log.display().to_string(),
+    );
+    (Gateway::from_config(&text, log.clone()).await, log)
+}
+
+#[tokio::test]
+async fn a_backend_logging_bytes_that_are_not_utf8_keeps_its_stderr_and_lives() {
+    let (gw, _log) = gateway(&["stderr"], "").await;
+    let c = gw.client();
+    for n in 0..3 {
+        let reply = c.call_tool("echo", json!({"n": n}), &json!({})).await;
+        assert_eq!(reply.tool_json(), json!({"bytes": 8}), "call {n}");
+    }
+    gw.stop().await;
+}
