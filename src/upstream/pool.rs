@@ -160,7 +160,15 @@ impl Pool {
                         retire: false,
                     });
                 }
-                Taken::Start => return self.start(&want).await,
+                Taken::Start => {
+                    // Taken at once, in the poll that counted it: the count is given back
+                    // however the start ends, even if the caller gives up while it runs.
+                    let slot = Starting {
+                        pool: self,
+                        held: true,
+                    };
+                    return self.start(&want, slot).await;
+                }
                 Taken::Wait => {
                     if tokio::time::timeout_at(deadline, notified).await.is_err() {
                         self.metrics.queue_wait(queued.elapsed());
@@ -215,7 +223,7 @@ impl Pool {
         Taken::Wait
     }
 
-    async fn start(self: &Arc<Self>, want: &Want<'_>) -> Result<Lease, Error> {
+    async fn start(self: &Arc<Self>, want: &Want<'_>, slot: Starting<'_>) -> Result<Lease, Error> {
         let start = Start {
             backend: self.backend.name.clone(),
             protocol_version: self.backend.protocol_version,
@@ -256,7 +264,7 @@ impl Pool {
             Transport::Http(cfg) | Transport::Sse(cfg) => self.start_http(cfg, start).await,
         };
         let mut slots = self.slots.lock().expect("pool lock");
-        slots.starting -= 1;
+        slot.give_back(&mut slots);
         match started {
             Ok(session) => {
                 self.metrics.started();
@@ -399,8 +407,93 @@ impl Pool {
     }
 }
 
+/// A session start counted in `Slots::starting`, given back when the start ends, whether it
+/// finishes or its caller's future is dropped while the backend initializes.
+struct Starting<'a> {
+    pool: &'a Pool,
+    held: bool,
+}
+
+impl Starting<'_> {
+    /// Gives the count back under the lock the caller holds (where the started session is
+    /// added), so the pool is never seen over its maximum.
+    fn give_back(mut self, slots: &mut Slots) {
+        slots.starting -= 1;
+        self.held = false;
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        self.pool.slots.lock().expect("pool lock").starting -= 1;
+        self.pool.freed.notify_waiters();
+    }
+}
+
 enum Taken {
     Lease(Session),
     Start,
     Wait,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_start_abandoned_while_the_backend_initializes_gives_its_slot_back() {
+        // A backend that never answers `initialize`.
+        let config = Config::parse(
+            "[[backend]]\nname = \"mute\"\ncommand = \"sleep\"\nargs = [\"30\"]\npool_max = 1\n",
+            None,
+        )
+        .expect("config");
+        let shutdown = CancellationToken::new();
+        let rules = Rules {
+            static_roots: Arc::new(Vec::new()),
+            held_roots_wait: Duration::from_secs(1),
+        };
+        let pool = Pool::new(
+            config.backends[0].clone(),
+            config.limits.clone(),
+            rules,
+            shutdown.clone(),
+            PoolMetrics::default(),
+        );
+        let caps = Map::new();
+        let want = Want {
+            key: PoolKey {
+                principal: Digest([0; 32]),
+                fingerprint: 0,
+            },
+            declared: Declared::default(),
+            modern_caps: &caps,
+            client_info: None,
+            interactive: false,
+            authorization: None,
+        };
+        for attempt in 0..2 {
+            let gave_up =
+                tokio::time::timeout(Duration::from_millis(200), pool.acquire(want.clone())).await;
+            assert!(
+                gave_up.is_err(),
+                "attempt {attempt}: the start is still running"
+            );
+            assert_eq!(
+                pool.session_states()[0],
+                (SessionState::Starting, 0),
+                "attempt {attempt}: nothing is starting once the caller gave up"
+            );
+        }
+        assert!(
+            matches!(pool.try_take(&want), Taken::Start),
+            "the pool's one slot is free to start a session"
+        );
+        shutdown.cancel();
+    }
 }
