@@ -30,12 +30,28 @@ impl Fixture {
 
     async fn start(mode: &str, flags: &[&str]) -> Fixture {
         let log = scratch("fixture").join("backend.log");
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-            .arg("legacy-server")
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"));
+        cmd.arg("legacy-server")
             .args([mode, "127.0.0.1:0"])
             .args(flags)
             .arg("--log")
-            .arg(&log)
+            .arg(&log);
+        Fixture::listening(cmd, log).await
+    }
+
+    /// [`PY_SERVER`] in `mode`; it keeps no log.
+    async fn python(mode: &str) -> Fixture {
+        let dir = scratch("py-fixture");
+        let script = dir.join("server.py");
+        std::fs::write(&script, PY_SERVER).expect("write the server");
+        let mut cmd = tokio::process::Command::new("python3");
+        cmd.arg(&script).arg(mode);
+        Fixture::listening(cmd, dir.join("backend.log")).await
+    }
+
+    /// Runs `cmd` and waits for its `listening on URL` line.
+    async fn listening(mut cmd: tokio::process::Command, log: PathBuf) -> Fixture {
+        let mut child = cmd
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -118,6 +134,81 @@ impl Drop for Fixture {
         let _ = self.child.start_kill();
     }
 }
+
+/// A Streamable HTTP backend in python3 that does what the built-in one never does, by `mode`:
+/// `stateless` gives no session id and answers 404 to the GET (routing none), and asks for a
+/// form on the POST stream of every tools/call; `accepted` answers a tools/call with 202.
+const PY_SERVER: &str = r#"
+import json, queue, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+mode = sys.argv[1]
+waiting = {}
+lock = threading.Lock()
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def empty(self, status):
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        self.empty(404)
+
+    def do_DELETE(self):
+        self.empty(404)
+
+    def event(self, msg):
+        self.wfile.write(b"event: message\ndata: " + json.dumps(msg).encode() + b"\n\n")
+        self.wfile.flush()
+
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        method, id = msg.get("method"), msg.get("id")
+        if method is None:
+            with lock:
+                answer = waiting.pop(id, None)
+            if answer:
+                answer.put(msg)
+            return self.empty(202)
+        if id is None:
+            return self.empty(202)
+        if method == "initialize":
+            result = {"protocolVersion": msg["params"]["protocolVersion"],
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "py", "version": "0"}}
+            body = json.dumps({"jsonrpc": "2.0", "id": id, "result": result}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
+        if mode == "accepted":
+            return self.empty(202)
+        answer, ask = queue.Queue(), "ask-%s" % id
+        with lock:
+            waiting[ask] = answer
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+        self.event({"jsonrpc": "2.0", "id": ask, "method": "elicitation/create",
+                    "params": {"message": "Who?", "requestedSchema": schema}})
+        got = answer.get(timeout=30)
+        text = json.dumps(got["result"])
+        self.event({"jsonrpc": "2.0", "id": id,
+                    "result": {"content": [{"type": "text", "text": text}]}})
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print("listening on http://127.0.0.1:%d/mcp" % server.server_port, flush=True)
+server.serve_forever()
+"#;
 
 /// A gateway with one backend of `kind` at `url`; `extra` goes before the backend table,
 /// `backend` into it.
@@ -740,5 +831,23 @@ async fn progress_reaches_only_its_own_call_when_calls_share_a_session() {
         }
     }
     assert_eq!(fx.count("initialize"), 1, "one shared session");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_stateless_backend_refusing_the_get_stream_keeps_its_session_and_asks_on_the_post() {
+    let fx = Fixture::python("stateless").await;
+    let gw = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "[limits]\nrequest_timeout = \"5s\"\n",
+        "",
+    )
+    .await;
+    let c = gw.client();
+    for round in 0..2 {
+        assert_eq!(elicit_round_trip(&c).await, ada(), "round {round}");
+    }
     gw.stop().await;
 }

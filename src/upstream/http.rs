@@ -580,16 +580,15 @@ impl Transport for StreamableHttp {
     }
 
     async fn close(self) {
-        self.ep.link.stop.cancel();
-        self.tasks.close();
-        if has_session(&self.ep.ids) {
-            let link = self.ep.link.clone();
-            let delete = link.exchange(
-                Method::DELETE,
-                &self.ep.url,
-                session_headers(&self.ep.ids),
-                None,
-            );
+        let StreamableHttp { ep, rx, tasks, .. } = self;
+        // Nothing reads the queue from here on: calls whose streams still carry something for
+        // the session hear at once that it cannot be delivered.
+        drop(rx);
+        ep.link.stop.cancel();
+        tasks.close();
+        if has_session(&ep.ids) {
+            let link = ep.link.clone();
+            let delete = link.exchange(Method::DELETE, &ep.url, session_headers(&ep.ids), None);
             match tokio::time::timeout(CLOSE_TIMEOUT, delete).await {
                 Ok(Ok(r)) => {
                     tracing::debug!(backend = %link.backend, status = %r.status(), "session deleted")
@@ -600,7 +599,7 @@ impl Transport for StreamableHttp {
                 Err(_) => tracing::debug!(backend = %link.backend, "DELETE timed out"),
             }
         }
-        self.tasks.wait().await;
+        tasks.wait().await;
     }
 }
 
@@ -789,7 +788,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
 }
 
 /// The standalone GET stream: pushes unrelated to any POST. Reopened with backoff while the
-/// session lives; a backend that offers none (405) is left alone.
+/// session lives; a backend that offers none (405, or 404 without a session id) is left alone.
 async fn standalone(ep: Endpoint) {
     let Endpoint { link, ids, url } = ep;
     let mut cursor = Cursor::default();
@@ -812,8 +811,13 @@ async fn standalone(ep: Endpoint) {
             r = link.exchange(Method::GET, &url, headers, None) => r,
         };
         match opened {
-            Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => {
-                tracing::debug!(backend = %link.backend, "backend offers no standalone stream");
+            // Without a session id a 404 cannot mean a forgotten session: a stateless backend
+            // routes no GET.
+            Ok(resp)
+                if resp.status() == StatusCode::METHOD_NOT_ALLOWED
+                    || (resp.status() == StatusCode::NOT_FOUND && !has_session(&ids)) =>
+            {
+                tracing::debug!(backend = %link.backend, status = %resp.status(), "backend offers no standalone stream");
                 return;
             }
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {

@@ -158,10 +158,12 @@ impl Events {
     }
 }
 
-/// Hands the session task something a call's own stream carried, to be routed.
-async fn to_session(session: &Session, inbound: Inbound) {
-    if let Some(direct) = &session.inner.direct {
-        let _ = direct.session_queue().send(Box::new(inbound)).await;
+/// Hands the session task something a call's own stream carried, to be routed; false if the
+/// session task no longer takes anything.
+async fn to_session(session: &Session, inbound: Inbound) -> bool {
+    match &session.inner.direct {
+        Some(direct) => direct.session_queue().send(Box::new(inbound)).await.is_ok(),
+        None => false,
     }
 }
 
@@ -269,8 +271,20 @@ impl OwnStream {
                 Some(event)
             }
             other => {
-                to_session(&self.session, other).await;
-                None
+                let Inbound::Message(Message::Request { method, .. }) = &other else {
+                    to_session(&self.session, other).await;
+                    return None;
+                };
+                // A request of the backend's is answered through the session: once the session
+                // is over, nobody can, and the call would wait for its deadline.
+                let method = method.clone();
+                if self.session.is_alive() && to_session(&self.session, other).await {
+                    return None;
+                }
+                self.finish();
+                Some(CallEvent::Closed(format!(
+                    "the backend sent `{method}` after its session ended; it cannot be answered"
+                )))
             }
         }
     }
@@ -1152,6 +1166,82 @@ mod tests {
         fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>> {
             &self.queue
         }
+    }
+
+    /// A backend whose answer stream carries a request of its own, for a session task that no
+    /// longer takes anything; the stream then stays open, as the backend waits for an answer.
+    #[derive(Debug)]
+    struct AsksAfterTheEnd {
+        queue: mpsc::Sender<Box<Inbound>>,
+    }
+
+    impl Direct for AsksAfterTheEnd {
+        fn post(
+            &self,
+            _id: Id,
+            _method: String,
+            _msg: Value,
+            sink: mpsc::Sender<Box<Inbound>>,
+            _mark: Option<Mark>,
+        ) -> BoxFuture<'static, ()> {
+            Box::pin(async move {
+                let ask = Message::Request {
+                    id: Id::Number(7),
+                    method: "elicitation/create".into(),
+                    params: None,
+                };
+                let _ = sink.send(Box::new(Inbound::Message(ask))).await;
+                std::future::pending::<()>().await;
+            })
+        }
+
+        fn resume(
+            &self,
+            _id: Id,
+            _last: String,
+            _sink: mpsc::Sender<Box<Inbound>>,
+            _mark: Mark,
+        ) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+
+        fn send(&self, _msg: Value) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn releases_parked(&self) -> bool {
+            false
+        }
+
+        fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>> {
+            &self.queue
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_that_cannot_reach_the_ended_session_fails_its_call_at_once() {
+        let (cmd, _cmds) = mpsc::channel(8);
+        let (queue, session_side) = mpsc::channel(8);
+        drop(session_side);
+        let info = InitInfo {
+            protocol_version: "2025-11-25".into(),
+            result: Arc::new(json!({})),
+            declared: Declared::default(),
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let direct = Arc::new(AsksAfterTheEnd { queue });
+        let session = Session::new(1, "b".into(), cmd, info, alive, Some(direct));
+        let mut call = session
+            .request("tools/call", Some(json!({"name": "t"})), true)
+            .await
+            .expect("request");
+        let event = tokio::time::timeout(Duration::from_secs(5), call.events.recv())
+            .await
+            .expect("the call hears at once");
+        let Some(CallEvent::Closed(reason)) = event else {
+            panic!("the call fails: {event:?}");
+        };
+        assert!(reason.contains("elicitation/create"), "{reason}");
     }
 
     #[test]
