@@ -851,3 +851,12 @@ async fn a_stateless_backend_refusing_the_get_stream_keeps_its_session_and_asks_
     }
     gw.stop().await;
 }
+#[tokio::test]
+async fn a_request_answered_with_202_fails_clearly() {
+    let fx = Fixture::python("accepted").await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    let reply = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
+    assert_backend_failed(&reply, "202 Accepted and no response");
+    gw.stop().await;
+}

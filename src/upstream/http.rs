@@ -661,7 +661,14 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
         .await;
     }
     if status == StatusCode::ACCEPTED {
-        return; // the answer comes on the standalone stream
+        // 202 is for notifications and responses: a request must be answered with JSON or an
+        // event stream, so this call would wait for nothing.
+        let why = format!(
+            "backend `{}` answered a request with 202 Accepted and no response",
+            link.backend
+        );
+        tracing::warn!(backend = %link.backend, %method, "{why}");
+        return report(sink, fail(why)).await;
     }
     if !status.is_success() {
         let f = Box::pin(status_failure(resp, link.max_message)).await;
