@@ -6,8 +6,9 @@
 mod common;
 
 use common::*;
-use serde_json::json;
-use std::path::PathBuf;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A legacy stdio MCP server, strictly synchronous: it reads one line, handles it, writes the
 /// answer, and only then reads the next. It appends every message it receives to `$LOG`.
@@ -85,6 +86,15 @@ async fn gateway(flags: &[&str], extra: &str) -> (Gateway, PathBuf) {
     (Gateway::from_config(&text, log.clone()).await, log)
 }
 
+/// Every message the server received.
+fn received(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 #[tokio::test]
 async fn a_backend_logging_bytes_that_are_not_utf8_keeps_its_stderr_and_lives() {
     let (gw, _log) = gateway(&["stderr"], "").await;
@@ -93,5 +103,37 @@ async fn a_backend_logging_bytes_that_are_not_utf8_keeps_its_stderr_and_lives() 
         let reply = c.call_tool("echo", json!({"n": n}), &json!({})).await;
         assert_eq!(reply.tool_json(), json!({"bytes": 8}), "call {n}");
     }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn roots_requests_outside_any_call_beyond_the_limit_are_refused_at_once() {
+    let (gw, log) = gateway(
+        &["roots=5"],
+        "[limits]\nmax_input_requests = 2\nheld_roots_wait = \"60s\"\n",
+    )
+    .await;
+    let c = gw.client();
+    let caps = json!({"roots": {}});
+    let tools = c.send(&c.body("tools/list", json!({}), &caps)).await;
+    assert_eq!(tools.result()["tools"][0]["name"], "echo");
+    // Two are held for a call; the other three are answered at once, long before the wait ends.
+    let refused = || -> Vec<Value> {
+        let mut ids: Vec<Value> = received(&log)
+            .into_iter()
+            .filter(|m| m.get("error").is_some())
+            .map(|m| m["id"].clone())
+            .collect();
+        ids.sort_by_key(|id| id.to_string());
+        ids
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while refused().len() < 3 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        refused(),
+        [json!("roots-2"), json!("roots-3"), json!("roots-4")]
+    );
     gw.stop().await;
 }

@@ -232,6 +232,7 @@ impl Pool {
             client_info: want.client_info.cloned(),
             max_message_bytes: self.limits.max_line_bytes,
             max_json_depth: self.limits.max_json_depth,
+            max_held_roots: self.limits.max_input_requests,
             init_timeout: self.limits.request_timeout,
             rules: self.rules.clone(),
             authorization: want.authorization.cloned(),

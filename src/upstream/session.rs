@@ -566,13 +566,15 @@ pub(crate) struct Router {
     progress: HashMap<String, Id>,
     interactive: Option<Id>,
     held_roots: Vec<(Id, Instant)>,
+    /// The most `roots/list` requests held at once (`limits.max_input_requests`).
+    max_held_roots: usize,
 }
 
 /// What the task must write after routing.
 pub(crate) type Outbox = Vec<Value>;
 
 impl Router {
-    pub fn new(backend: String, declared: Declared, rules: Rules) -> Router {
+    pub fn new(backend: String, declared: Declared, rules: Rules, max_held_roots: usize) -> Router {
         Router {
             backend,
             declared,
@@ -581,6 +583,7 @@ impl Router {
             progress: HashMap::new(),
             interactive: None,
             held_roots: Vec::new(),
+            max_held_roots,
         }
     }
 
@@ -696,6 +699,15 @@ impl Router {
                             Ok(json!({"roots": *self.rules.static_roots})),
                         ));
                     }
+                    Kind::Roots
+                        if self.declared.roots && self.held_roots.len() >= self.max_held_roots =>
+                    {
+                        tracing::warn!(backend = %self.backend, %id, held = self.held_roots.len(), "roots/list outside a call: already holding the most allowed (limits.max_input_requests); refused");
+                        out.push(refuse_held_roots(
+                            &id,
+                            "too many roots/list requests are waiting for a client request",
+                        ));
+                    }
                     Kind::Roots if self.declared.roots => {
                         tracing::debug!(backend = %self.backend, %id, "roots/list outside a call: held for the next call");
                         self.held_roots
@@ -735,15 +747,7 @@ impl Router {
         self.held_roots = kept;
         expired
             .into_iter()
-            .map(|(id, _)| {
-                crate::jsonrpc::response(
-                    Some(&id),
-                    Err(ErrorObject::new(
-                        INTERNAL_ERROR,
-                        "no client request arrived to answer roots/list",
-                    )),
-                )
-            })
+            .map(|(id, _)| refuse_held_roots(&id, "no client request arrived to answer roots/list"))
             .collect()
     }
 
@@ -768,6 +772,11 @@ impl Router {
         self.interactive = None;
         self.progress.clear();
     }
+}
+
+/// The answer to a `roots/list` request outside any call that no call will answer.
+fn refuse_held_roots(id: &Id, why: &str) -> Value {
+    crate::jsonrpc::response(Some(id), Err(ErrorObject::new(INTERNAL_ERROR, why)))
 }
 
 /// What a transport hands the session task.
@@ -875,6 +884,8 @@ pub struct Start {
     pub client_info: Option<Value>,
     pub max_message_bytes: usize,
     pub max_json_depth: usize,
+    /// The most `roots/list` requests outside any call held at once (`limits.max_input_requests`).
+    pub max_held_roots: usize,
     pub init_timeout: Duration,
     pub rules: Rules,
     /// The client's `Authorization` header, when the backend's policy passes it upstream.
@@ -994,7 +1005,12 @@ where
         alive.clone(),
         direct,
     );
-    let router = Router::new(start.backend.clone(), declared, start.rules.clone());
+    let router = Router::new(
+        start.backend.clone(),
+        declared,
+        start.rules.clone(),
+        start.max_held_roots,
+    );
     let fut = async move {
         let transport = run(transport, cmd_rx, router, shutdown, alive).await;
         Box::pin(transport.close()).await;
