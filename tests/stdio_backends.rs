@@ -13,10 +13,13 @@ use std::time::Duration;
 /// A legacy stdio MCP server, strictly synchronous: it reads one line, handles it, writes the
 /// answer, and only then reads the next. It appends every message it receives to `$LOG`.
 ///
+/// Tools: `echo` answers how many bytes its arguments are; `big` answers 300 KB of text after
+/// `delay_ms`.
+///
 /// Flags: `stderr` logs bytes that are not UTF-8 and a 2 MB line without a newline at start,
 /// then a line for every message; `roots=N` asks for roots N times once initialized.
 const SERVER: &str = r#"
-import json, os, sys
+import json, os, sys, time
 
 flags = sys.argv[1:]
 roots = next((int(f.split("=")[1]) for f in flags if f.startswith("roots=")), 0)
@@ -64,6 +67,7 @@ while True:
     elif method == "tools/call":
         args = msg["params"].get("arguments") or {}
         if msg["params"]["name"] == "big":
+            time.sleep(args.get("delay_ms", 0) / 1000)
             text(id, "y" * 300_000)
         else:
             text(id, json.dumps({"bytes": len(json.dumps(args))}))
@@ -135,5 +139,37 @@ async fn roots_requests_outside_any_call_beyond_the_limit_are_refused_at_once() 
         refused(),
         [json!("roots-2"), json!("roots-3"), json!("roots-4")]
     );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_large_answer_and_a_large_request_at_once_do_not_deadlock_a_synchronous_backend() {
+    let (gw, _log) = gateway(&[], "[limits]\nrequest_timeout = \"10s\"\n").await;
+    let c = gw.client();
+    let list =
+        |c: Client| async move { c.send(&c.body("tools/list", json!({}), &json!({}))).await };
+    // The session is up before the two calls, so they share it.
+    assert_eq!(list(c.clone()).await.result()["tools"][0]["name"], "echo");
+    let none = json!({});
+    let calls = async {
+        // The backend works on the large answer while the large request is written: it writes
+        // its answer before it reads on, and the request fills the pipe meanwhile.
+        let big = c.call_tool("big", json!({"delay_ms": 300}), &none);
+        let large = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let args = json!({"text": "z".repeat(300_000)});
+            c.call_tool("echo", args, &none).await
+        };
+        tokio::join!(big, large)
+    };
+    let (big, large) = tokio::time::timeout(Duration::from_secs(30), calls)
+        .await
+        .expect("neither call hangs");
+    let text = big.result()["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(text.len(), 300_000);
+    assert_eq!(large.tool_json(), json!({"bytes": 300_012}));
+    assert_eq!(list(c.clone()).await.result()["tools"][1]["name"], "big");
     gw.stop().await;
 }

@@ -361,6 +361,8 @@ struct Inner {
     id: u64,
     backend: String,
     cmd: mpsc::Sender<Box<Cmd>>,
+    /// How long a caller waits for room in `cmd` before the session counts as stuck.
+    cmd_wait: Duration,
     info: InitInfo,
     alive: Arc<AtomicBool>,
     /// Set when calls send their own requests (Streamable HTTP).
@@ -374,6 +376,7 @@ impl Session {
         id: u64,
         backend: String,
         cmd: mpsc::Sender<Box<Cmd>>,
+        cmd_wait: Duration,
         info: InitInfo,
         alive: Arc<AtomicBool>,
         direct: Option<Arc<dyn Direct>>,
@@ -383,6 +386,7 @@ impl Session {
                 id,
                 backend,
                 cmd,
+                cmd_wait,
                 info,
                 alive,
                 direct,
@@ -414,6 +418,28 @@ impl Session {
         }
     }
 
+    /// Hands the session task a command. A task that takes none for `cmd_wait` is stuck: the
+    /// session counts as gone (no call lands on it again) and the caller hears so, rather than
+    /// waiting outside every deadline.
+    async fn command(&self, cmd: Cmd) -> Result<(), Error> {
+        let sent = tokio::time::timeout(self.inner.cmd_wait, self.inner.cmd.send(Box::new(cmd)));
+        match sent.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(self.closed()),
+            Err(_) => {
+                self.inner.alive.store(false, Ordering::Release);
+                tracing::warn!(backend = %self.inner.backend, session = self.inner.id, "the session task took no command in time; the session is given up");
+                Err(Error::Closed {
+                    backend: self.inner.backend.clone(),
+                    reason: format!(
+                        "the session took no request for {}s",
+                        self.inner.cmd_wait.as_secs_f64()
+                    ),
+                })
+            }
+        }
+    }
+
     /// Sends a request; `interactive` routes the session's server requests to this call.
     pub async fn request(
         &self,
@@ -426,17 +452,14 @@ impl Session {
         let (events, routed) = mpsc::channel(CALL_EVENTS);
         let events = EventTx(events);
         let Some(direct) = &self.inner.direct else {
-            self.inner
-                .cmd
-                .send(Box::new(Cmd::Request {
-                    id: id.clone(),
-                    method: method.to_owned(),
-                    params,
-                    interactive,
-                    events,
-                }))
-                .await
-                .map_err(|_| self.closed())?;
+            self.command(Cmd::Request {
+                id: id.clone(),
+                method: method.to_owned(),
+                params,
+                interactive,
+                events,
+            })
+            .await?;
             let events = Events::routed(routed);
             return Ok(Call { id, events });
         };
@@ -449,16 +472,13 @@ impl Session {
         // before the backend's messages) routes the backend's first push to this call.
         let registered = interactive || progress.is_some();
         if registered {
-            self.inner
-                .cmd
-                .send(Box::new(Cmd::Register {
-                    id: id.clone(),
-                    progress: progress.clone(),
-                    interactive,
-                    events,
-                }))
-                .await
-                .map_err(|_| self.closed())?;
+            self.command(Cmd::Register {
+                id: id.clone(),
+                progress: progress.clone(),
+                interactive,
+                events,
+            })
+            .await?;
         }
         let msg = Message::Request {
             id: id.clone(),
@@ -493,11 +513,7 @@ impl Session {
             let msg = crate::jsonrpc::response(Some(&id), outcome);
             return self.send_direct(direct, msg).await;
         }
-        self.inner
-            .cmd
-            .send(Box::new(Cmd::Respond { id, outcome }))
-            .await
-            .map_err(|_| self.closed())
+        self.command(Cmd::Respond { id, outcome }).await
     }
 
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
@@ -506,11 +522,7 @@ impl Session {
             let msg = Message::Notification { method, params }.into_value();
             return self.send_direct(direct, msg).await;
         }
-        self.inner
-            .cmd
-            .send(Box::new(Cmd::Notify { method, params }))
-            .await
-            .map_err(|_| self.closed())
+        self.command(Cmd::Notify { method, params }).await
     }
 
     /// Sends a one-way message from the caller's own task, when the transport lets calls send
@@ -1001,6 +1013,7 @@ where
         id,
         start.backend.clone(),
         cmd_tx,
+        start.init_timeout,
         info,
         alive.clone(),
         direct,
@@ -1246,7 +1259,15 @@ mod tests {
         };
         let alive = Arc::new(AtomicBool::new(true));
         let direct = Arc::new(AsksAfterTheEnd { queue });
-        let session = Session::new(1, "b".into(), cmd, info, alive, Some(direct));
+        let session = Session::new(
+            1,
+            "b".into(),
+            cmd,
+            Duration::from_secs(5),
+            info,
+            alive,
+            Some(direct),
+        );
         let mut call = session
             .request("tools/call", Some(json!({"name": "t"})), true)
             .await
@@ -1258,6 +1279,29 @@ mod tests {
             panic!("the call fails: {event:?}");
         };
         assert!(reason.contains("elicitation/create"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_session_task_that_takes_no_command_fails_its_callers_in_time() {
+        let (cmd, _stuck) = mpsc::channel(1);
+        let info = InitInfo {
+            protocol_version: "2025-11-25".into(),
+            result: Arc::new(json!({})),
+            declared: Declared::default(),
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let wait = Duration::from_millis(100);
+        let session = Session::new(1, "b".into(), cmd, wait, info, alive, None);
+        session.notify("n", None).await.expect("room for one");
+        let sent =
+            tokio::time::timeout(Duration::from_secs(5), session.request("ping", None, false))
+                .await
+                .expect("the caller is let go");
+        let Err(Error::Closed { reason, .. }) = sent else {
+            panic!("the request fails: {sent:?}");
+        };
+        assert!(reason.contains("took no request"), "{reason}");
+        assert!(!session.is_alive(), "no call lands on the session again");
     }
 
     #[test]
@@ -1291,7 +1335,15 @@ mod tests {
             declared: Declared::default(),
         };
         let alive = Arc::new(AtomicBool::new(true));
-        let session = Session::new(1, "b".into(), cmd, info, alive, Some(Arc::new(direct)));
+        let session = Session::new(
+            1,
+            "b".into(),
+            cmd,
+            Duration::from_secs(5),
+            info,
+            alive,
+            Some(Arc::new(direct)),
+        );
         let mut call = session
             .request("tools/call", Some(json!({"name": "t"})), true)
             .await

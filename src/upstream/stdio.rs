@@ -1,6 +1,7 @@
-//! Legacy stdio backends: one task owns each child process. It writes newline-delimited JSON to
-//! the child's stdin, reads stdout with a line limit, sends stderr to tracing, and on shutdown
-//! closes stdin, waits, then kills; the child is always reaped.
+//! Legacy stdio backends: one task owns each child process. It reads stdout with a line limit
+//! while a writer task it owns writes newline-delimited JSON to the child's stdin (so a child
+//! that answers at length before reading on never blocks both), sends stderr to tracing, and on
+//! shutdown closes stdin, waits, then kills; the child is always reaped.
 
 use super::Error;
 use super::session::{self, Inbound, Session, Start, Transport};
@@ -9,8 +10,11 @@ use crate::jsonrpc;
 use futures_util::StreamExt;
 use serde_json::Value;
 use std::process::Stdio as ProcStdio;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
@@ -123,48 +127,128 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
 {
+    // The writer runs apart from the session task, which so keeps reading the child while a
+    // write waits: a child that writes a large answer before it reads on never blocks both.
+    let (out, queue) = mpsc::channel(OUTBOX);
+    let failed = Arc::new(OnceLock::new());
+    let stopped = CancellationToken::new();
+    let writer = tokio::spawn(write_lines(
+        writer,
+        queue,
+        start.init_timeout,
+        failed.clone(),
+        stopped.clone(),
+    ));
     let lines = Lines {
         backend: start.backend.clone(),
         reader: FramedRead::new(
             reader,
             LinesCodec::new_with_max_length(start.max_message_bytes),
         ),
+        out,
         writer,
+        failed,
+        stopped,
         max_depth: start.max_json_depth,
     };
     session::open(lines, start, shutdown, on_exit).await
 }
 
-/// Newline-delimited JSON over a pair of byte streams.
-struct Lines<R, W> {
+/// Lines waiting for the writer: past them, the session task waits too (at most `stall`, as
+/// the writer does).
+const OUTBOX: usize = 32;
+/// How long a closing session's writer may take to pass on what is queued.
+const CLOSE_WRITES: Duration = Duration::from_secs(2);
+
+/// Newline-delimited JSON over a pair of byte streams: the session task reads, a writer task
+/// (fed by a bounded queue) writes.
+struct Lines<R> {
     backend: String,
     reader: FramedRead<R, LinesCodec>,
-    writer: W,
+    out: mpsc::Sender<Vec<u8>>,
+    writer: JoinHandle<()>,
+    /// Why the writer stopped, once it has.
+    failed: Arc<OnceLock<String>>,
+    /// Cancelled when a write fails: the session is over.
+    stopped: CancellationToken,
     max_depth: usize,
 }
 
-impl<R, W> Transport for Lines<R, W>
+impl<R> Lines<R> {
+    fn write_failure(&self) -> String {
+        self.failed
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "the backend's input is closed".to_owned())
+    }
+}
+
+/// The writer task: writes each queued line, then closes the child's input once the session
+/// lets go of the queue. A write that makes no progress for `stall` (the child reads nothing)
+/// or fails ends it, saying why in `failed`.
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    stall: Duration,
+    failed: Arc<OnceLock<String>>,
+    stopped: CancellationToken,
+) {
+    while let Some(line) = queue.recv().await {
+        if let Err(why) = write_line(&mut writer, &line, stall).await {
+            let _ = failed.set(why);
+            stopped.cancel();
+            return;
+        }
+    }
+    // Closing stdin asks a stdio server to exit.
+    let _ = tokio::time::timeout(stall, writer.shutdown()).await;
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    mut line: &[u8],
+    stall: Duration,
+) -> Result<(), String> {
+    let stalled = || {
+        format!(
+            "the backend read none of its input for {}s",
+            stall.as_secs_f64()
+        )
+    };
+    while !line.is_empty() {
+        match tokio::time::timeout(stall, writer.write(line)).await {
+            Err(_) => return Err(stalled()),
+            Ok(Ok(0)) => return Err("write failed: the backend closed its input".to_owned()),
+            Ok(Ok(n)) => line = &line[n..],
+            Ok(Err(e)) => return Err(format!("write failed: {e}")),
+        }
+    }
+    match tokio::time::timeout(stall, writer.flush()).await {
+        Err(_) => Err(stalled()),
+        Ok(result) => result.map_err(|e| format!("write failed: {e}")),
+    }
+}
+
+impl<R> Transport for Lines<R>
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
 {
     async fn send(&mut self, msg: Value) -> Result<(), String> {
         let mut bytes = serde_json::to_vec(&msg).map_err(|e| e.to_string())?;
         bytes.push(b'\n');
-        self.writer
-            .write_all(&bytes)
-            .await
-            .map_err(|e| format!("write failed: {e}"))?;
-        self.writer
-            .flush()
-            .await
-            .map_err(|e| format!("write failed: {e}"))
+        self.out.send(bytes).await.map_err(|_| self.write_failure())
     }
 
     async fn recv(&mut self) -> Inbound {
         loop {
-            // `FramedRead::next` is cancel-safe: a partial line stays buffered.
-            let line = match self.reader.next().await {
+            // Both cancel-safe: a partial line stays buffered in `FramedRead`.
+            let next = tokio::select! {
+                next = self.reader.next() => next,
+                _ = self.stopped.cancelled() => {
+                    return Inbound::ended(self.write_failure());
+                }
+            };
+            let line = match next {
                 Some(Ok(line)) => line,
                 Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
                     return Inbound::ended("the backend sent a line over the size limit");
@@ -186,15 +270,22 @@ where
         }
     }
 
-    async fn close(mut self) {
-        // Closing stdin asks a stdio server to exit.
-        let _ = self.writer.shutdown().await;
+    async fn close(self) {
+        let Lines { out, writer, .. } = self;
+        // The writer passes on what is queued, then closes the child's input; one that cannot
+        // is stopped, which closes it too.
+        drop(out);
+        let abort = writer.abort_handle();
+        if tokio::time::timeout(CLOSE_WRITES, writer).await.is_err() {
+            abort.abort();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// Everything a child writes to stderr through a small pipe, and the lines logged from it.
     async fn drained(max: usize, written: Vec<u8>) -> Vec<String> {
@@ -211,6 +302,65 @@ mod tests {
         .await
         .expect("drained to the end");
         lines
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_stops_reading_ends_its_session_after_the_write_stalls() {
+        use crate::upstream::CallEvent;
+        let (ours, theirs) = tokio::io::duplex(1024);
+        let (our_read, our_write) = tokio::io::split(ours);
+        let (their_read, mut their_write) = tokio::io::split(theirs);
+        // Answers `initialize`, then reads nothing more (and keeps its ends open).
+        let backend = tokio::spawn(async move {
+            let mut lines = BufReader::new(their_read).lines();
+            let _ = lines.next_line().await;
+            let answer = br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#;
+            their_write.write_all(answer).await.expect("answer");
+            their_write.write_all(b"\n").await.expect("answer");
+            std::future::pending::<()>().await;
+            drop(lines);
+        });
+        let start = Start {
+            backend: "mute".into(),
+            protocol_version: "2025-06-18",
+            declared: Default::default(),
+            modern_caps: Default::default(),
+            client_info: None,
+            max_message_bytes: 1 << 20,
+            max_json_depth: 64,
+            max_held_roots: 4,
+            init_timeout: Duration::from_millis(300),
+            rules: session::Rules {
+                static_roots: Arc::new(Vec::new()),
+                held_roots_wait: Duration::from_secs(1),
+            },
+            authorization: None,
+            tasks: Default::default(),
+            init_results: Default::default(),
+        };
+        let session = connect(
+            our_read,
+            our_write,
+            start,
+            CancellationToken::new(),
+            async {},
+        )
+        .await
+        .expect("initialized");
+        let args = json!({"name": "t", "arguments": {"text": "x".repeat(100_000)}});
+        let mut call = session
+            .request("tools/call", Some(args), false)
+            .await
+            .expect("sent");
+        let event = tokio::time::timeout(Duration::from_secs(5), call.events.recv())
+            .await
+            .expect("the call hears before its deadline");
+        let Some(CallEvent::Closed(reason)) = event else {
+            panic!("the call fails: {event:?}");
+        };
+        assert!(reason.contains("read none of its input"), "{reason}");
+        assert!(!session.is_alive());
+        backend.abort();
     }
 
     #[tokio::test]
