@@ -189,6 +189,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.wfile.write(body)
         if mode == "accepted":
             return self.empty(202)
+        if mode == "error_page":
+            body = b"Traceback: DATABASE_URL=postgres://admin:hunter2@db/prod"
+            self.send_response(500)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
         answer, ask = queue.Queue(), "ask-%s" % id
         with lock:
             waiting[ask] = answer
@@ -858,5 +865,20 @@ async fn a_request_answered_with_202_fails_clearly() {
     let c = gw.client();
     let reply = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
     assert_backend_failed(&reply, "202 Accepted and no response");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_error_page_is_named_by_its_status_and_kept_from_the_client() {
+    let fx = Fixture::python("error_page").await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    let reply = c.call_tool("echo", json!({"text": "x"}), &json!({})).await;
+    assert_backend_failed(&reply, "HTTP 500");
+    assert!(
+        !reply.body.to_string().contains("hunter2"),
+        "the page's text stays in the gateway's log: {:#}",
+        reply.body
+    );
     gw.stop().await;
 }

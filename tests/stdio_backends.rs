@@ -173,3 +173,22 @@ async fn a_large_answer_and_a_large_request_at_once_do_not_deadlock_a_synchronou
     assert_eq!(list(c.clone()).await.result()["tools"][1]["name"], "big");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_backend_that_cannot_start_is_named_without_its_command_line() {
+    let dir = scratch("stdio-missing");
+    let text = "[server]\nlisten = \"127.0.0.1:0\"\n[[backend]]\nname = \"weather\"\n\
+                command = \"/nonexistent/weather-server\"\nargs = [\"--key=abc\"]\n";
+    let gw = Gateway::from_config(text, dir.join("backend.log")).await;
+    let reply = gw.client().call_tool("echo", json!({}), &json!({})).await;
+    let message = reply.error_message().to_owned();
+    assert!(
+        message.contains("`weather` could not be started"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("/nonexistent") && !message.contains("--key"),
+        "the command line stays in the gateway's log: {message}"
+    );
+    gw.stop().await;
+}

@@ -225,10 +225,9 @@ impl Link {
             Ok(Ok(b)) => b.to_bytes(),
         };
         jsonrpc::parse_many(&bytes, self.max_depth).map_err(|e| {
-            Failure::Other(format!(
-                "a body that is not JSON-RPC ({e}): {}",
-                snippet(&bytes)
-            ))
+            // What the backend wrote stays in the log: it may hold what clients must not see.
+            tracing::warn!(backend = %self.backend, body = %snippet(&bytes), "a body that is not JSON-RPC");
+            Failure::Other(format!("a body that is not JSON-RPC ({e})"))
         })
     }
 
@@ -359,18 +358,20 @@ pub(crate) fn snippet(bytes: &[u8]) -> String {
     format!("{s:?}")
 }
 
-/// An unexpected status, with the start of its body.
+/// An unexpected status. The start of its body goes to the log only: an error page may carry
+/// stack traces or credentials that clients must not see.
 pub(crate) async fn status_failure(
     resp: hyper::Response<hyper::body::Incoming>,
-    max: usize,
+    link: &Link,
 ) -> Failure {
     let status = resp.status();
-    let body = Limited::new(resp.into_body(), max.min(4096))
+    let body = Limited::new(resp.into_body(), link.max_message.min(4096))
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    Failure::Other(format!("HTTP {status}: {}", snippet(&body)))
+    tracing::warn!(backend = %link.backend, %status, body = %snippet(&body), "backend answered with an unexpected status");
+    Failure::Other(format!("HTTP {status}"))
 }
 
 /// Whether hyper refused a response head for not fitting the read buffer.
@@ -471,7 +472,7 @@ async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
     let failure = match resp {
         Ok(r) if r.status().is_success() => return Ok(()),
         Ok(r) if r.status() == StatusCode::NOT_FOUND && has_session(&ep.ids) => Failure::Gone,
-        Ok(r) => status_failure(r, ep.link.max_message).await,
+        Ok(r) => status_failure(r, &ep.link).await,
         Err(f) => f,
     };
     let backend = &ep.link.backend;
@@ -671,7 +672,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
         return report(sink, fail(why)).await;
     }
     if !status.is_success() {
-        let f = Box::pin(status_failure(resp, link.max_message)).await;
+        let f = Box::pin(status_failure(resp, link)).await;
         tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
         return report(sink, fail(f.describe(&link.backend))).await;
     }

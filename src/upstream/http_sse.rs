@@ -42,9 +42,7 @@ impl HttpSse {
             .map_err(|f| init(f.describe(&link.backend)))?;
         if !resp.status().is_success() {
             return Err(init(
-                status_failure(resp, link.max_message)
-                    .await
-                    .describe(&link.backend),
+                status_failure(resp, &link).await.describe(&link.backend),
             ));
         }
         if content_type(&resp) != "text/event-stream" {
@@ -160,7 +158,7 @@ impl Transport for HttpSse {
                     self.link.backend
                 ));
             }
-            Ok(r) => status_failure(r, self.link.max_message).await,
+            Ok(r) => status_failure(r, &self.link).await,
             Err(f) => f,
         };
         let why = failure.describe(&self.link.backend);

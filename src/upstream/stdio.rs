@@ -40,9 +40,13 @@ pub async fn spawn(
     if let Some(dir) = &cfg.cwd {
         cmd.current_dir(dir);
     }
-    let mut child = cmd.spawn().map_err(|e| Error::Spawn {
-        backend: start.backend.clone(),
-        reason: format!("{}: {e}", cfg.command.display()),
+    let mut child = cmd.spawn().map_err(|e| {
+        // The command line is the operator's business: clients hear only the error.
+        tracing::warn!(backend = %start.backend, command = %cfg.command.display(), "cannot start the backend: {e}");
+        Error::Spawn {
+            backend: start.backend.clone(),
+            reason: e.to_string(),
+        }
     })?;
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
