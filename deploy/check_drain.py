@@ -5,7 +5,8 @@ terminationGracePeriodSeconds must cover, in order:
   - the gateway container's preStop sleep (before SIGTERM);
   - [fleet] drain_grace (20 s when unset): retries of parked calls are still served;
   - [server] shutdown_grace (10 s when unset): in-flight calls finish, the rest are abandoned;
-  - a margin for children to exit (a stdio child gets 2 s after its stdin closes);
+  - a margin for sessions to close (the gateway gives them at most 3 s past shutdown_grace: a
+    stdio child gets 2 s after its stdin closes);
 read from the gateway.toml of the ConfigMap the pod mounts. The gateway runs the drain and the
 shutdown one after the other, so they add up; past the grace period the kubelet's SIGKILL cuts
 the drain short.
@@ -20,6 +21,7 @@ import tomllib
 
 import yaml
 
+# At least the 3 s the gateway gives upstream sessions to close after shutdown_grace.
 MARGIN_S = 5
 DEFAULT_DRAIN_GRACE_S = 20
 DEFAULT_SHUTDOWN_GRACE_S = 10

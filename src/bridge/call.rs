@@ -375,7 +375,7 @@ impl Task {
         let bridge = self.bridge.clone();
         // Boxed: a channel allocates room for 32 messages up front, and a parked call keeps it.
         let (resume_tx, mut resume_rx) = mpsc::channel::<Box<Resume>>(4);
-        Box::pin(self.rounds(reply, resume_tx, &mut resume_rx)).await;
+        self.rounds(reply, resume_tx, &mut resume_rx).await;
         // A retry handed over as the call ended (a second retry of a state already used, or
         // one that met the deadline) gets the answer of any used or expired state.
         resume_rx.close();

@@ -422,7 +422,12 @@ impl Session {
     /// session counts as gone (no call lands on it again) and the caller hears so, rather than
     /// waiting outside every deadline.
     async fn command(&self, cmd: Cmd) -> Result<(), Error> {
-        let sent = tokio::time::timeout(self.inner.cmd_wait, self.inner.cmd.send(Box::new(cmd)));
+        // Boxed: a timer is large, and every future that sends a command (a parked call's
+        // among them) would otherwise carry room for it.
+        let sent = Box::pin(tokio::time::timeout(
+            self.inner.cmd_wait,
+            self.inner.cmd.send(Box::new(cmd)),
+        ));
         match sent.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(self.closed()),
