@@ -702,8 +702,7 @@ impl Task {
                 Ok(None)
             }
             Match::Ask(_) if !input::allowed(&self.declared, kind, params) => {
-                let e = input::refused_answer(kind, input::is_url_elicitation(params));
-                let _ = self.lease.session().respond(id, Err(e)).await;
+                self.refuse_input(id, kind, params).await;
                 Ok(None)
             }
             Match::Ask(key) => {
@@ -762,8 +761,7 @@ impl Task {
                 kind = kind.as_str(),
                 "backend asked for input the client did not declare; refused"
             );
-            let e = input::refused_answer(kind, input::is_url_elicitation(params.as_ref()));
-            let _ = self.lease.session().respond(id, Err(e)).await;
+            self.refuse_input(id, kind, params.as_ref()).await;
             return false;
         }
         let most = self.bridge.config.limits.max_input_requests;
@@ -857,12 +855,18 @@ impl Task {
         self.pending = kept;
         for (key, pending) in refused {
             tracing::info!(%key, "the retry no longer declares this input's capability; refused upstream");
-            let url = input::is_url_elicitation(pending.request().get("params"));
+            let request = pending.request();
             if let Some(id) = pending.upstream {
-                let e = input::refused_answer(pending.kind, url);
-                let _ = self.lease.session().respond(id, Err(e)).await;
+                self.refuse_input(id, pending.kind, request.get("params"))
+                    .await;
             }
         }
+    }
+
+    /// Answers a backend's input request as a client without the capability would.
+    async fn refuse_input(&mut self, id: Id, kind: Kind, params: Option<&Value>) {
+        let e = input::refused_answer(kind, input::is_url_elicitation(params));
+        let _ = self.lease.session().respond(id, Err(e)).await;
     }
 
     /// Backend activity while the client is away.
