@@ -1146,16 +1146,22 @@ mod tests {
     use futures_util::future::BoxFuture;
     use tokio::sync::Mutex;
 
-    /// A call's own request that the backend refused as unsent (404), while the session task,
-    /// ending for the same reason, tells the call it closed: the refusal lands first, the word
-    /// from the session after the request is done.
-    #[derive(Debug)]
-    struct RefusedWhileClosing {
-        cmds: Arc<Mutex<mpsc::Receiver<Box<Cmd>>>>,
+    /// A backend whose answer stream to a POST is `post(id, sink)`; nothing else happens.
+    struct Scripted<P> {
         queue: mpsc::Sender<Box<Inbound>>,
+        post: P,
     }
 
-    impl Direct for RefusedWhileClosing {
+    impl<P> std::fmt::Debug for Scripted<P> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Scripted")
+        }
+    }
+
+    impl<P> Direct for Scripted<P>
+    where
+        P: Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync,
+    {
         fn post(
             &self,
             id: Id,
@@ -1164,19 +1170,7 @@ mod tests {
             sink: mpsc::Sender<Box<Inbound>>,
             _mark: Option<Mark>,
         ) -> BoxFuture<'static, ()> {
-            let cmds = self.cmds.clone();
-            Box::pin(async move {
-                let Some(cmd) = cmds.lock().await.recv().await else {
-                    panic!("the call registers before it posts");
-                };
-                let Cmd::Register { events, .. } = *cmd else {
-                    panic!("expected Register");
-                };
-                let reason = "forgot the session".to_owned();
-                let unsent = Some(id);
-                let _ = sink.send(Box::new(Inbound::Ended { reason, unsent })).await;
-                let _ = events.send(CallEvent::Closed("session ended".into())).await;
-            })
+            (self.post)(id, sink)
         }
 
         fn resume(
@@ -1199,56 +1193,57 @@ mod tests {
 
         fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>> {
             &self.queue
+        }
+    }
+
+    /// A call's own request that the backend refused as unsent (404), while the session task,
+    /// ending for the same reason, tells the call it closed: the refusal lands first, the word
+    /// from the session after the request is done.
+    fn refused_while_closing(
+        cmds: mpsc::Receiver<Box<Cmd>>,
+        queue: mpsc::Sender<Box<Inbound>>,
+    ) -> Scripted<impl Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync>
+    {
+        let cmds = Arc::new(Mutex::new(cmds));
+        Scripted {
+            queue,
+            post: move |id, sink: mpsc::Sender<Box<Inbound>>| {
+                let cmds = cmds.clone();
+                Box::pin(async move {
+                    let Some(cmd) = cmds.lock().await.recv().await else {
+                        panic!("the call registers before it posts");
+                    };
+                    let Cmd::Register { events, .. } = *cmd else {
+                        panic!("expected Register");
+                    };
+                    let reason = "forgot the session".to_owned();
+                    let unsent = Some(id);
+                    let _ = sink.send(Box::new(Inbound::Ended { reason, unsent })).await;
+                    let _ = events.send(CallEvent::Closed("session ended".into())).await;
+                }) as BoxFuture<'static, ()>
+            },
         }
     }
 
     /// A backend whose answer stream carries a request of its own, for a session task that no
     /// longer takes anything; the stream then stays open, as the backend waits for an answer.
-    #[derive(Debug)]
-    struct AsksAfterTheEnd {
+    fn asks_after_the_end(
         queue: mpsc::Sender<Box<Inbound>>,
-    }
-
-    impl Direct for AsksAfterTheEnd {
-        fn post(
-            &self,
-            _id: Id,
-            _method: String,
-            _msg: Value,
-            sink: mpsc::Sender<Box<Inbound>>,
-            _mark: Option<Mark>,
-        ) -> BoxFuture<'static, ()> {
-            Box::pin(async move {
-                let ask = Message::Request {
-                    id: Id::Number(7),
-                    method: "elicitation/create".into(),
-                    params: None,
-                };
-                let _ = sink.send(Box::new(Inbound::Message(ask))).await;
-                std::future::pending::<()>().await;
-            })
-        }
-
-        fn resume(
-            &self,
-            _id: Id,
-            _last: String,
-            _sink: mpsc::Sender<Box<Inbound>>,
-            _mark: Mark,
-        ) -> BoxFuture<'static, ()> {
-            Box::pin(async {})
-        }
-
-        fn send(&self, _msg: Value) -> BoxFuture<'static, Result<(), String>> {
-            Box::pin(async { Ok(()) })
-        }
-
-        fn releases_parked(&self) -> bool {
-            false
-        }
-
-        fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>> {
-            &self.queue
+    ) -> Scripted<impl Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync>
+    {
+        Scripted {
+            queue,
+            post: |_id, sink: mpsc::Sender<Box<Inbound>>| {
+                Box::pin(async move {
+                    let ask = Message::Request {
+                        id: Id::Number(7),
+                        method: "elicitation/create".into(),
+                        params: None,
+                    };
+                    let _ = sink.send(Box::new(Inbound::Message(ask))).await;
+                    std::future::pending::<()>().await;
+                }) as BoxFuture<'static, ()>
+            },
         }
     }
 
@@ -1263,7 +1258,7 @@ mod tests {
             declared: Declared::default(),
         };
         let alive = Arc::new(AtomicBool::new(true));
-        let direct = Arc::new(AsksAfterTheEnd { queue });
+        let direct = Arc::new(asks_after_the_end(queue));
         let session = Session::new(
             1,
             "b".into(),
@@ -1330,10 +1325,7 @@ mod tests {
     async fn a_refused_request_is_unsent_even_when_the_session_says_closed_first() {
         let (cmd, cmds) = mpsc::channel(8);
         let (queue, _session_side) = mpsc::channel(8);
-        let direct = RefusedWhileClosing {
-            cmds: Arc::new(Mutex::new(cmds)),
-            queue,
-        };
+        let direct = refused_while_closing(cmds, queue);
         let info = InitInfo {
             protocol_version: "2025-11-25".into(),
             result: Arc::new(json!({})),
