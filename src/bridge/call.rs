@@ -853,10 +853,10 @@ impl Task {
             .into_iter()
             .partition(|(_, p)| input::allowed(&declared, p.kind, p.request().get("params")));
         self.pending = kept;
-        for (key, pending) in refused {
+        for (key, mut pending) in refused {
             tracing::info!(%key, "the retry no longer declares this input's capability; refused upstream");
-            let request = pending.request();
-            if let Some(id) = pending.upstream {
+            if let Some(id) = pending.upstream.take() {
+                let request = pending.request();
                 self.refuse_input(id, pending.kind, request.get("params"))
                     .await;
             }
