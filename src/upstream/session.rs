@@ -1146,22 +1146,22 @@ mod tests {
     use futures_util::future::BoxFuture;
     use tokio::sync::Mutex;
 
+    /// What a scripted backend streams in answer to a POST of request `id`.
+    type Post = Box<dyn Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync>;
+
     /// A backend whose answer stream to a POST is `post(id, sink)`; nothing else happens.
-    struct Scripted<P> {
+    struct Scripted {
         queue: mpsc::Sender<Box<Inbound>>,
-        post: P,
+        post: Post,
     }
 
-    impl<P> std::fmt::Debug for Scripted<P> {
+    impl std::fmt::Debug for Scripted {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("Scripted")
         }
     }
 
-    impl<P> Direct for Scripted<P>
-    where
-        P: Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync,
-    {
+    impl Direct for Scripted {
         fn post(
             &self,
             id: Id,
@@ -1202,12 +1202,11 @@ mod tests {
     fn refused_while_closing(
         cmds: mpsc::Receiver<Box<Cmd>>,
         queue: mpsc::Sender<Box<Inbound>>,
-    ) -> Scripted<impl Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync>
-    {
+    ) -> Scripted {
         let cmds = Arc::new(Mutex::new(cmds));
         Scripted {
             queue,
-            post: move |id, sink: mpsc::Sender<Box<Inbound>>| {
+            post: Box::new(move |id, sink: mpsc::Sender<Box<Inbound>>| {
                 let cmds = cmds.clone();
                 Box::pin(async move {
                     let Some(cmd) = cmds.lock().await.recv().await else {
@@ -1220,20 +1219,17 @@ mod tests {
                     let unsent = Some(id);
                     let _ = sink.send(Box::new(Inbound::Ended { reason, unsent })).await;
                     let _ = events.send(CallEvent::Closed("session ended".into())).await;
-                }) as BoxFuture<'static, ()>
-            },
+                })
+            }),
         }
     }
 
     /// A backend whose answer stream carries a request of its own, for a session task that no
     /// longer takes anything; the stream then stays open, as the backend waits for an answer.
-    fn asks_after_the_end(
-        queue: mpsc::Sender<Box<Inbound>>,
-    ) -> Scripted<impl Fn(Id, mpsc::Sender<Box<Inbound>>) -> BoxFuture<'static, ()> + Send + Sync>
-    {
+    fn asks_after_the_end(queue: mpsc::Sender<Box<Inbound>>) -> Scripted {
         Scripted {
             queue,
-            post: |_id, sink: mpsc::Sender<Box<Inbound>>| {
+            post: Box::new(|_id, sink: mpsc::Sender<Box<Inbound>>| {
                 Box::pin(async move {
                     let ask = Message::Request {
                         id: Id::Number(7),
@@ -1242,8 +1238,8 @@ mod tests {
                     };
                     let _ = sink.send(Box::new(Inbound::Message(ask))).await;
                     std::future::pending::<()>().await;
-                }) as BoxFuture<'static, ()>
-            },
+                })
+            }),
         }
     }
 
