@@ -29,10 +29,15 @@ pub const BACKEND_BUSY: i64 = -32000;
 pub const BACKEND_FAILED: i64 = -32001;
 
 /// A JSON-RPC request id. Kept as the peer sent it, so it is echoed back unchanged.
+///
+/// Every integer JSON can carry in 64 bits is an id: those from `i64::MIN` to `i64::MAX` are a
+/// `Number`, those above are `Unsigned` (variants are tried in order, so each value has exactly
+/// one form and equal ids compare equal). Larger integers and fractions are refused.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Id {
     Number(i64),
+    Unsigned(u64),
     String(String),
 }
 
@@ -40,6 +45,7 @@ impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Id::Number(n) => write!(f, "{n}"),
+            Id::Unsigned(n) => write!(f, "{n}"),
             Id::String(s) => write!(f, "{s:?}"),
         }
     }
@@ -312,6 +318,34 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    #[test]
+    fn integer_ids_across_64_bits_echo_back_unchanged() {
+        for text in [
+            "-9223372036854775808",
+            "0",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{text},"method":"m"}}"#);
+            let Message::Request { id, .. } = parse(body.as_bytes(), 8).unwrap() else {
+                panic!("{text}: not a request");
+            };
+            assert_eq!(id.to_string(), text);
+            let reply = serde_json::to_string(&response(Some(&id), Ok(json!({})))).unwrap();
+            assert!(reply.contains(&format!(r#""id":{text}"#)), "{reply}");
+        }
+        // Each value has one form, so an id read back from a backend's answer finds its call.
+        let high: Id = serde_json::from_str("9223372036854775808").unwrap();
+        assert_eq!(high, Id::Unsigned(1 << 63));
+        assert_eq!(serde_json::from_str::<Id>("7").unwrap(), Id::Number(7));
+        for bad in ["1.5", "1e3", "18446744073709551616", "-9223372036854775809"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{bad},"method":"m"}}"#);
+            let err = parse(body.as_bytes(), 8).unwrap_err();
+            assert_eq!(err.code(), INVALID_REQUEST, "{bad}");
         }
     }
 
