@@ -271,7 +271,16 @@ pub struct Stdio {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+    /// The longest stderr line logged; the rest of a longer line is dropped.
+    pub max_stderr_line_bytes: usize,
+    /// Lines waiting to be written to the child's stdin; past them a session waits.
+    pub write_queue: usize,
 }
+
+/// Default of `max_stderr_line_bytes`.
+pub const DEFAULT_STDERR_LINE: usize = 16 * 1024;
+/// Default of `write_queue`.
+pub const DEFAULT_WRITE_QUEUE: usize = 32;
 
 impl Config {
     /// Reads, parses and validates a config file.
@@ -518,12 +527,14 @@ impl Config {
                 && (b.command.is_some()
                     || !b.args.is_empty()
                     || !b.env.is_empty()
-                    || b.cwd.is_some())
+                    || b.cwd.is_some()
+                    || b.max_stderr_line_bytes.is_some()
+                    || b.write_queue.is_some())
             {
                 return Err(bad(
                     field("command"),
                     format!(
-                        "`command`, `args`, `env` and `cwd` are for stdio backends, not `{kind}`"
+                        "`command`, `args`, `env`, `cwd`, `max_stderr_line_bytes` and `write_queue` are for stdio backends, not `{kind}`"
                     ),
                 ));
             }
@@ -571,6 +582,20 @@ impl Config {
                     args: b.args,
                     env: b.env,
                     cwd: b.cwd,
+                    max_stderr_line_bytes: in_range(
+                        &field("max_stderr_line_bytes"),
+                        b.max_stderr_line_bytes,
+                        DEFAULT_STDERR_LINE,
+                        256,
+                        1 << 20,
+                    )?,
+                    write_queue: in_range(
+                        &field("write_queue"),
+                        b.write_queue,
+                        DEFAULT_WRITE_QUEUE,
+                        1,
+                        4096,
+                    )?,
                 }),
                 "builtin" => Transport::Builtin(crate::legacy_server::Options {
                     protocol: b.builtin_protocol,
@@ -1188,6 +1213,44 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "backend[0].url");
+    }
+
+    #[test]
+    fn stdio_limits_have_defaults_bounds_and_belong_to_stdio_backends() {
+        let parse = |extra: &str| {
+            Config::parse(
+                &format!("[[backend]]\nname = \"s\"\ncommand = \"srv\"\n{extra}"),
+                None,
+            )
+        };
+        let stdio = |c: &Config| match &c.backends[0].transport {
+            Transport::Stdio(t) => (t.max_stderr_line_bytes, t.write_queue),
+            other => panic!("a stdio backend, not {other:?}"),
+        };
+        assert_eq!(stdio(&parse("").unwrap()), (16 * 1024, 32));
+        let set = parse("max_stderr_line_bytes = 1024\nwrite_queue = 4\n").unwrap();
+        assert_eq!(stdio(&set), (1024, 4));
+        for (extra, field) in [
+            (
+                "max_stderr_line_bytes = 10\n",
+                "backend[0].max_stderr_line_bytes",
+            ),
+            (
+                "max_stderr_line_bytes = 2097152\n",
+                "backend[0].max_stderr_line_bytes",
+            ),
+            ("write_queue = 0\n", "backend[0].write_queue"),
+            ("write_queue = 5000\n", "backend[0].write_queue"),
+        ] {
+            assert_eq!(parse(extra).unwrap_err().field, field, "{extra}");
+        }
+        let err = Config::parse(
+            "[[backend]]\nname = \"h\"\nkind = \"http\"\nurl = \"http://x/mcp\"\nwrite_queue = 8\n",
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "backend[0].command");
+        assert!(err.reason.contains("write_queue"), "{err}");
     }
 
     #[test]

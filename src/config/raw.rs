@@ -157,6 +157,8 @@ pub struct Backend {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+    pub max_stderr_line_bytes: Option<usize>,
+    pub write_queue: Option<usize>,
     pub pool_max: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     pub idle_timeout: Option<Duration>,

@@ -256,6 +256,7 @@ impl Pool {
                 stdio::connect(
                     our_read,
                     our_write,
+                    crate::config::DEFAULT_WRITE_QUEUE,
                     start,
                     self.shutdown.child_token(),
                     on_exit,

@@ -21,9 +21,6 @@ use tokio_util::sync::CancellationToken;
 /// How long a child gets to exit after its stdin closes before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// The longest stderr line logged; the rest of a longer line is dropped.
-const MAX_STDERR_LINE: usize = 16 * 1024;
-
 /// Spawns the child, runs `initialize`, and returns the handle of the task that owns it.
 pub async fn spawn(
     cfg: &Stdio,
@@ -55,9 +52,13 @@ pub async fn spawn(
     let pid = child.id();
     // Drained to its end whatever it carries: a child whose stderr pipe closed would die on its
     // next log line.
-    tokio::spawn(drain_stderr(stderr, MAX_STDERR_LINE, move |line| {
-        tracing::info!(backend = %backend, pid, "stderr: {line}");
-    }));
+    tokio::spawn(drain_stderr(
+        stderr,
+        cfg.max_stderr_line_bytes,
+        move |line| {
+            tracing::info!(backend = %backend, pid, "stderr: {line}");
+        },
+    ));
     let backend = start.backend.clone();
     let on_exit = async move {
         // Closing stdin (done by the session task) asks the child to exit; then it is killed.
@@ -69,7 +70,7 @@ pub async fn spawn(
             }
         }
     };
-    connect(stdout, stdin, start, shutdown, on_exit).await
+    connect(stdout, stdin, cfg.write_queue, start, shutdown, on_exit).await
 }
 
 /// Reads `stderr` until it ends, handing each line to `log`: bytes that are not UTF-8 are
@@ -118,10 +119,13 @@ async fn drain_stderr<R: AsyncRead + Unpin>(stderr: R, max: usize, mut log: impl
     }
 }
 
-/// Runs a session over any byte streams (the built-in backend and tests use in-memory pipes).
+/// Runs a session over any byte streams (the built-in backend and tests use in-memory pipes);
+/// at most `write_queue` lines wait for the writer: past them, the session task waits too (at
+/// most `stall`, as the writer does).
 pub async fn connect<R, W, F>(
     reader: R,
     writer: W,
+    write_queue: usize,
     start: Start,
     shutdown: CancellationToken,
     on_exit: F,
@@ -133,7 +137,7 @@ where
 {
     // The writer runs apart from the session task, which so keeps reading the child while a
     // write waits: a child that writes a large answer before it reads on never blocks both.
-    let (out, queue) = mpsc::channel(OUTBOX);
+    let (out, queue) = mpsc::channel(write_queue);
     let failed = Arc::new(OnceLock::new());
     let stopped = CancellationToken::new();
     let writer = tokio::spawn(write_lines(
@@ -158,9 +162,6 @@ where
     session::open(lines, start, shutdown, on_exit).await
 }
 
-/// Lines waiting for the writer: past them, the session task waits too (at most `stall`, as
-/// the writer does).
-const OUTBOX: usize = 32;
 /// How long a closing session's writer may take to pass on what is queued.
 const CLOSE_WRITES: Duration = Duration::from_secs(2);
 
@@ -345,6 +346,7 @@ mod tests {
         let session = connect(
             our_read,
             our_write,
+            crate::config::DEFAULT_WRITE_QUEUE,
             start,
             CancellationToken::new(),
             async {},
