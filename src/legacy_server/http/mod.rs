@@ -367,16 +367,18 @@ impl Server {
         }
 
         let (mut pipe_in, pipe_out) = tokio::io::duplex(PIPE_BYTES);
-        // Feeds the core; when the session ends the pipe closes and the core shuts down.
+        // Feeds the core; when the session ends the pipe closes and the core shuts down. What
+        // was accepted before the end (a POST already answered for it) still reaches the core.
         let feeder = Arc::clone(&session);
         self.tasks.spawn(async move {
             loop {
                 let msg = tokio::select! {
-                    () = feeder.ended.cancelled() => break,
+                    biased;
                     msg = input_rx.recv() => match msg {
                         Some(msg) => msg,
                         None => break,
                     },
+                    () = feeder.ended.cancelled() => break,
                 };
                 let mut line = msg.to_string();
                 line.push('\n');
