@@ -66,11 +66,8 @@ enum Step {
 struct Task {
     bridge: Arc<Bridge>,
     method: String,
-    /// The client's params as JSON text: needed again only if the call is sent again, and a
-    /// parked call holds them for its whole wait.
-    params: Box<str>,
+    params: Params,
     principal: Digest,
-    digest: Digest,
     meta: RequestMeta,
     declared: Declared,
     lease: Lease,
@@ -98,6 +95,15 @@ struct Task {
     parked_for: Duration,
     /// Since when the call is parked, if it is.
     parked_since: Option<Instant>,
+}
+
+/// The client's params: needed again only if the call is sent again.
+enum Params {
+    /// As parsed, until the call first asks for input (most calls never do).
+    Parsed(Map<String, Value>),
+    /// From the first round on: a parked call holds them for its whole wait, and text is
+    /// smaller. With the digest its requestStates are bound to.
+    Text { text: Box<str>, digest: Digest },
 }
 
 impl Drop for Task {
@@ -210,9 +216,8 @@ async fn begin(
     };
     let session_declared = lease.session().info().declared;
     let task = Task {
-        digest: Bridge::request_digest(&req.method, &req.params),
         method: req.method,
-        params: Value::Object(req.params).to_string().into_boxed_str(),
+        params: Params::Parsed(req.params),
         principal: req.principal,
         meta: req.meta,
         // What the backend may push is bounded by both this request and what its session carries.
@@ -650,14 +655,34 @@ impl Task {
         self.pending.iter().map(|(k, _)| k.clone()).collect()
     }
 
-    /// The client's params, read back from their text.
+    /// The client's params (read back from their text once the call has asked for input).
     fn params(&self) -> Result<Map<String, Value>, ErrorObject> {
-        serde_json::from_str(&self.params).map_err(|e| {
-            ErrorObject::new(
-                jsonrpc::INTERNAL_ERROR,
-                format!("the call's params could not be read back: {e}"),
-            )
-        })
+        match &self.params {
+            Params::Parsed(params) => Ok(params.clone()),
+            Params::Text { text, .. } => serde_json::from_str(text).map_err(|e| {
+                ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    format!("the call's params could not be read back: {e}"),
+                )
+            }),
+        }
+    }
+
+    /// The digest a requestState of this call is bound to. Computed when the call first asks
+    /// for input, which is also when its params are put away as text.
+    fn request_digest(&mut self) -> Digest {
+        let (text, digest) = match &mut self.params {
+            Params::Text { digest, .. } => return *digest,
+            Params::Parsed(params) => {
+                let digest = Bridge::request_digest(&self.method, params);
+                (Value::Object(std::mem::take(params)).to_string(), digest)
+            }
+        };
+        self.params = Params::Text {
+            text: text.into_boxed_str(),
+            digest,
+        };
+        digest
     }
 
     /// Sends the call again on a fresh session of the same backend.
@@ -907,13 +932,13 @@ impl Task {
         t
     }
 
-    fn input_required(&self, park: ParkId, replay: Option<Transcript>) -> Value {
+    fn input_required(&mut self, park: ParkId, replay: Option<Transcript>) -> Value {
         let ttl = self.bridge.config.state.park_ttl;
         let claims = Claims {
+            request: self.request_digest(),
             park,
             owner: self.bridge.config.state.owner.clone(),
             principal: self.principal,
-            request: self.digest,
             round: self.round,
             expires_at_ms: now_ms() + ttl.as_millis() as u64,
             outstanding: self.pending_keys(),

@@ -405,9 +405,13 @@ pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Digest {
             bytes.extend_from_slice(v.as_bytes());
             seal::digest(&bytes)
         }
-        None => seal::digest(b"anonymous"),
+        None => *ANONYMOUS,
     }
 }
+
+/// The principal of every request without a credential, hashed once.
+static ANONYMOUS: std::sync::LazyLock<Digest> =
+    std::sync::LazyLock::new(|| seal::digest(b"anonymous"));
 
 /// Waits for the first reply: a result goes out as JSON; a notification first opens SSE.
 async fn reply(
