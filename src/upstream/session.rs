@@ -180,10 +180,28 @@ impl Drop for OwnStream {
     /// (briefly), so its connection can be used again; the session's end is passed on, anything
     /// else it carries is dropped.
     fn drop(&mut self) {
-        let Some(pump) = self.pump.take() else { return };
+        let Some(mut pump) = self.pump.take() else {
+            return;
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        // Most streams end right behind their answer: when the rest is already here, the
+        // stream is finished now instead of in a task of its own.
+        if futures_util::FutureExt::now_or_never(pump.as_mut()).is_some() {
+            // The pump was the only sender: what it sent is all in `rx`.
+            let mut ended = None;
+            while let Ok(inbound) = self.rx.try_recv() {
+                if let Inbound::Ended { reason, .. } = *inbound {
+                    ended = Some(reason);
+                }
+            }
+            if let Some(reason) = ended {
+                let session = self.session.clone();
+                runtime.spawn(async move { session_ended(&session, reason).await });
+            }
+            return;
+        }
         let mut rx = std::mem::replace(&mut self.rx, mpsc::channel(1).1);
         let session = self.session.clone();
         runtime.spawn(async move {
