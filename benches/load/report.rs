@@ -678,7 +678,12 @@ parked, against 16 KiB: missed. The largest part is the connection: a hyper clie
 holding an open streamed response costs about 22 KiB of resident memory by itself (the conn_cost \
 figure under \"Memory detail\", which also counts its small test server; `heaptrack` shows \
 where): its request queue allocates room for 32 requests up front (about 9 KiB), its header \
-write buffer is 8 KiB, the read buffer is fixed at 4 KiB here, plus the connection's task. A \
+write buffer is 8 KiB, the read buffer is fixed at 4 KiB here, plus the connection's task. \
+Measured the same way with 2,000 connections each (a one-off program, not shipped): a bare \
+TCP connection with the test server's side cost 2.3 KiB; hyper's own HTTP/1 connection \
+(`client::conn::http1`, no pool) 21.6 KiB with the 4 KiB read buffer and 15.4 KiB with the \
+smallest the gateway allows (1 KiB); the gateway's pooled client 23.2 KiB. So no setting of \
+hyper's leaves room for the rest of a parked call within 16 KiB while it holds its stream. A \
 parked call needs that connection while the backend may send the tool's result only on it. \
 When the backend numbers its events (SSE `id:`, so the stream can be resumed), the gateway lets \
 the stream go as it parks the call and picks it up with `Last-Event-ID` on the retry: {} \
