@@ -1261,27 +1261,28 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_request_that_cannot_reach_the_ended_session_fails_its_call_at_once() {
-        let (cmd, _cmds) = mpsc::channel(8);
-        let (queue, session_side) = mpsc::channel(8);
-        drop(session_side);
+    /// A session past its handshake with no capability declared, fed by `cmd`.
+    fn live_session(
+        cmd: mpsc::Sender<Box<Cmd>>,
+        cmd_wait: Duration,
+        direct: Option<Arc<dyn Direct>>,
+    ) -> Session {
         let info = InitInfo {
             protocol_version: "2025-11-25".into(),
             result: Arc::new(json!({})),
             declared: Declared::default(),
         };
         let alive = Arc::new(AtomicBool::new(true));
+        Session::new(1, "b".into(), cmd, cmd_wait, info, alive, direct)
+    }
+
+    #[tokio::test]
+    async fn a_request_that_cannot_reach_the_ended_session_fails_its_call_at_once() {
+        let (cmd, _cmds) = mpsc::channel(8);
+        let (queue, session_side) = mpsc::channel(8);
+        drop(session_side);
         let direct = Arc::new(asks_after_the_end(queue));
-        let session = Session::new(
-            1,
-            "b".into(),
-            cmd,
-            Duration::from_secs(5),
-            info,
-            alive,
-            Some(direct),
-        );
+        let session = live_session(cmd, Duration::from_secs(5), Some(direct));
         let mut call = session
             .request("tools/call", Some(json!({"name": "t"})), true)
             .await
@@ -1298,14 +1299,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_task_that_takes_no_command_fails_its_callers_in_time() {
         let (cmd, _stuck) = mpsc::channel(1);
-        let info = InitInfo {
-            protocol_version: "2025-11-25".into(),
-            result: Arc::new(json!({})),
-            declared: Declared::default(),
-        };
-        let alive = Arc::new(AtomicBool::new(true));
-        let wait = Duration::from_millis(100);
-        let session = Session::new(1, "b".into(), cmd, wait, info, alive, None);
+        let session = live_session(cmd, Duration::from_millis(100), None);
         session.notify("n", None).await.expect("room for one");
         let sent =
             tokio::time::timeout(Duration::from_secs(5), session.request("ping", None, false))
@@ -1340,21 +1334,7 @@ mod tests {
         let (cmd, cmds) = mpsc::channel(8);
         let (queue, _session_side) = mpsc::channel(8);
         let direct = refused_while_closing(cmds, queue);
-        let info = InitInfo {
-            protocol_version: "2025-11-25".into(),
-            result: Arc::new(json!({})),
-            declared: Declared::default(),
-        };
-        let alive = Arc::new(AtomicBool::new(true));
-        let session = Session::new(
-            1,
-            "b".into(),
-            cmd,
-            Duration::from_secs(5),
-            info,
-            alive,
-            Some(Arc::new(direct)),
-        );
+        let session = live_session(cmd, Duration::from_secs(5), Some(Arc::new(direct)));
         let mut call = session
             .request("tools/call", Some(json!({"name": "t"})), true)
             .await
