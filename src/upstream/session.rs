@@ -86,7 +86,7 @@ impl Events {
                     Some(event) => return Some(*event),
                     None => own.registered = false,
                 },
-                inbound = own.rx.recv() => match inbound {
+                inbound = next_inbound(&mut own.rx) => match inbound {
                     Some(inbound) => {
                         // Boxed: the call's future would otherwise keep room for it while
                         // it waits, parked, for anything else.
@@ -125,11 +125,13 @@ impl Events {
         // Everything the stream delivered must have been taken: what the pump still holds
         // would be lost with it. And the session must still route to the call (it has not
         // ended), or nothing would reach the call until the retry.
-        if own.released || own.pump.is_none() || !own.registered || !numbered || !own.rx.is_empty()
-        {
+        let drained = own.rx.as_ref().is_none_or(|rx| rx.is_empty());
+        if own.released || own.pump.is_none() || !own.registered || !numbered || !drained {
             return false;
         }
         own.pump = None;
+        // Nothing will come on the stream's channel any more: a parked call keeps none.
+        own.rx = None;
         own.released = true;
         true
     }
@@ -151,7 +153,7 @@ impl Events {
             return;
         };
         let (sink, rx) = mpsc::channel(CALL_EVENTS);
-        own.rx = rx;
+        own.rx = Some(rx);
         own.streaming = true;
         own.released = false;
         own.pump = Some(direct.resume(own.id.clone(), last, sink, mark));
@@ -180,7 +182,7 @@ impl Drop for OwnStream {
     /// (briefly), so its connection can be used again; the session's end is passed on, anything
     /// else it carries is dropped.
     fn drop(&mut self) {
-        let Some(mut pump) = self.pump.take() else {
+        let (Some(mut pump), Some(mut rx)) = (self.pump.take(), self.rx.take()) else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -191,7 +193,7 @@ impl Drop for OwnStream {
         if futures_util::FutureExt::now_or_never(pump.as_mut()).is_some() {
             // The pump was the only sender: what it sent is all in `rx`.
             let mut ended = None;
-            while let Ok(inbound) = self.rx.try_recv() {
+            while let Ok(inbound) = rx.try_recv() {
                 if let Inbound::Ended { reason, .. } = *inbound {
                     ended = Some(reason);
                 }
@@ -202,7 +204,6 @@ impl Drop for OwnStream {
             }
             return;
         }
-        let mut rx = std::mem::replace(&mut self.rx, mpsc::channel(1).1);
         let session = self.session.clone();
         runtime.spawn(async move {
             let drain = async {
@@ -215,6 +216,14 @@ impl Drop for OwnStream {
             };
             let _ = tokio::time::timeout(DRAIN, futures_util::future::join(pump, drain)).await;
         });
+    }
+}
+
+/// The next thing the call's own stream delivered; `None` once it is over (or let go).
+async fn next_inbound(rx: &mut Option<mpsc::Receiver<Box<Inbound>>>) -> Option<Box<Inbound>> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => None,
     }
 }
 
@@ -239,7 +248,8 @@ struct OwnStream {
     released: bool,
     /// Sends the request and reads its answer into `rx`; polled while the call waits for events.
     pump: Option<futures_util::future::BoxFuture<'static, ()>>,
-    rx: mpsc::Receiver<Box<Inbound>>,
+    /// What the pump delivers; `None` while the stream is let go.
+    rx: Option<mpsc::Receiver<Box<Inbound>>>,
     session: Session,
 }
 
@@ -523,7 +533,7 @@ impl Session {
                 mark,
                 released: false,
                 pump: Some(pump),
-                rx: own,
+                rx: Some(own),
                 session: self.clone(),
             })),
         };
