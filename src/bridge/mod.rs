@@ -322,16 +322,17 @@ impl Bridge {
         req: &Request,
         interactive: bool,
     ) -> Result<(upstream::Lease, upstream::Call), ErrorObject> {
-        let params = upstream_params(&req.params, &req.meta);
         let mut fresh = false;
         loop {
             let lease = self
                 .lease(backend, req, interactive)
                 .await
                 .map_err(|e| upstream_error(&e))?;
+            // Built for each attempt (a second one is rare) rather than copied for it.
+            let params = upstream_params(&req.params, &req.meta);
             match lease
                 .session()
-                .request(&req.method, Some(params.clone()), interactive)
+                .request(&req.method, Some(params), interactive)
                 .await
             {
                 Ok(call) => return Ok((lease, call)),
