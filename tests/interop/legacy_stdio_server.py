@@ -8,6 +8,7 @@ answered.
 Usage:
     legacy_stdio_server.py stdio
     legacy_stdio_server.py streamable-http [--host 127.0.0.1] [--port 0] [--path /mcp]
+                           [--event-store] [--request-log FILE]
     legacy_stdio_server.py sse [--host 127.0.0.1] [--port 0]
 
 Over HTTP the server binds its socket itself (port 0: any free port) and, once uvicorn has
@@ -19,6 +20,11 @@ The tools call the SDK the way its own documentation shows, nothing more: `ctx.e
 the elicitation to the tool call, while `create_message` and `list_roots` are sent without a
 related request id. Over Streamable HTTP those two therefore travel on the standalone GET
 stream, which is what real FastMCP servers do and what a gateway has to cope with.
+
+`--event-store` gives FastMCP an event store (the SDK's `EventStore` interface, kept in memory
+here), so it numbers the events of its Streamable HTTP streams and replays them to a `GET` with
+`Last-Event-ID`. `--request-log FILE` appends one line per HTTP request to FILE: its method and
+its `Last-Event-ID` header (`-` when absent).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import uvicorn
 
 from mcp.server.elicitation import AcceptedElicitation, DeclinedElicitation
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.types import SamplingMessage, TextContent
+from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp.types import JSONRPCMessage, SamplingMessage, TextContent
 from pydantic import BaseModel
 
 
@@ -68,10 +75,52 @@ async def _roots(ctx: Context) -> str:
     return ",".join(str(root.uri) for root in result.roots)
 
 
-def build_server(host: str, port: int, path: str) -> FastMCP:
+class MemoryEventStore(EventStore):
+    """Every event of every stream, numbered in the order stored."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[StreamId, JSONRPCMessage | None]] = []
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        self._events.append((stream_id, message))
+        return str(len(self._events))
+
+    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        if not last_event_id.isdigit() or not 0 < int(last_event_id) <= len(self._events):
+            return None
+        stream_id = self._events[int(last_event_id) - 1][0]
+        for number in range(int(last_event_id) + 1, len(self._events) + 1):
+            stream, message = self._events[number - 1]
+            if stream == stream_id and message is not None:
+                await send_callback(EventMessage(message, str(number)))
+        return stream_id
+
+
+def logged(app, path: str):
+    """`app`, appending each HTTP request's method and `Last-Event-ID` to the file at `path`."""
+
+    async def wrapper(scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            last = headers.get(b"last-event-id", b"-").decode()
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(f"{scope['method']} {last}\n")
+        await app(scope, receive, send)
+
+    return wrapper
+
+
+def build_server(host: str, port: int, path: str, event_store: EventStore | None = None) -> FastMCP:
     """The server with its five tools. Host and port go to the constructor, because FastMCP
     derives its DNS-rebinding allow-list from the host it was built with."""
-    mcp = FastMCP("interop-legacy", host=host, port=port, streamable_http_path=path, log_level="WARNING")
+    mcp = FastMCP(
+        "interop-legacy",
+        host=host,
+        port=port,
+        streamable_http_path=path,
+        log_level="WARNING",
+        event_store=event_store,
+    )
 
     @mcp.tool()
     async def ask_name(ctx: Context, message: str = "What is your name?") -> str:
@@ -107,13 +156,15 @@ def build_server(host: str, port: int, path: str) -> FastMCP:
     return mcp
 
 
-async def serve_http(mcp: FastMCP, transport: str, host: str, port: int) -> None:
+async def serve_http(mcp: FastMCP, transport: str, host: str, port: int, request_log: str | None) -> None:
     """Serve the FastMCP app the way `FastMCP.run` does (uvicorn, same app), but on a socket
     bound here, so port 0 works and the real port can be announced once requests are served."""
     if transport == "streamable-http":
         app, path = mcp.streamable_http_app(), mcp.settings.streamable_http_path
     else:
         app, path = mcp.sse_app(), mcp.settings.sse_path
+    if request_log is not None:
+        app = logged(app, request_log)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -143,13 +194,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (announced on stdout)")
     parser.add_argument("--path", default="/mcp", help="Streamable HTTP endpoint path")
+    parser.add_argument("--event-store", action="store_true", help="number events, replay them on resumption")
+    parser.add_argument("--request-log", help="append each HTTP request's method and Last-Event-ID here")
     args = parser.parse_args(argv)
 
-    mcp = build_server(args.host, args.port, args.path)
+    mcp = build_server(args.host, args.port, args.path, MemoryEventStore() if args.event_store else None)
     if args.transport == "stdio":
         mcp.run("stdio")
     else:
-        anyio.run(serve_http, mcp, args.transport, args.host, args.port)
+        anyio.run(serve_http, mcp, args.transport, args.host, args.port, args.request_log)
 
 
 if __name__ == "__main__":
