@@ -252,6 +252,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     upstream_duration: HistogramFamily<BackendLabels>,
     parked: Gauge,
+    released_streams: Gauge,
     park_duration: Histogram,
     rounds: Histogram,
     input_requests: Family<KindLabels, Counter>,
@@ -271,6 +272,7 @@ impl Metrics {
             requests: Family::default(),
             upstream_duration: Family::new_with_constructor(seconds),
             parked: Gauge::default(),
+            released_streams: Gauge::default(),
             park_duration: park_seconds(),
             rounds: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0]),
             input_requests: Family::default(),
@@ -294,6 +296,11 @@ impl Metrics {
             m.upstream_duration.clone(),
         );
         registry.register("parked_calls", "Calls parked now", m.parked.clone());
+        registry.register(
+            "parked_released_streams",
+            "Parked calls that let their backend's answer stream go until the retry (Streamable HTTP backends that number their events); other parked calls on HTTP backends each hold a connection",
+            m.released_streams.clone(),
+        );
         registry.register_with_unit(
             "park_duration",
             "How long each round stayed parked, until a retry took it or it was abandoned",
@@ -402,6 +409,12 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a parked call whose answer stream was let go, until the guard is dropped.
+    pub fn stream_released(&self) -> ReleasedStream {
+        self.released_streams.inc();
+        ReleasedStream(self.released_streams.clone())
+    }
+
     /// Sets the gauges that are read from the engine's state when scraped.
     pub fn set_parked(&self, parked: usize) {
         self.parked.set(i64::try_from(parked).unwrap_or(i64::MAX));
@@ -493,6 +506,16 @@ pub fn encode(registry: &Registry) -> String {
 
 /// The `Content-Type` of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// One parked call counted in `mrtr_parked_released_streams`, for as long as it lives.
+#[derive(Debug)]
+pub struct ReleasedStream(Gauge);
+
+impl Drop for ReleasedStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 #[cfg(test)]
 mod tests {

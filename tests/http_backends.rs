@@ -403,6 +403,43 @@ async fn a_parked_call_lets_a_numbered_stream_go_until_its_retry() {
 }
 
 #[tokio::test]
+async fn parked_calls_that_let_their_stream_go_are_counted_until_their_retry() {
+    let parked_released = |s: &Scrape| s.get("mrtr_parked_released_streams", &[]);
+    for (release, counted) in [("", 1.0), ("release_parked_streams = false\n", 0.0)] {
+        let fx = Fixture::http(&["--event-ids"]).await;
+        let gw = gateway("http", &fx.url, &fx.log, ADMIN_ON, release).await;
+        let c = gw.client();
+        let caps = json!({"elicitation": {}});
+        let first = c.call_tool("ask_form", json!({}), &caps).await;
+        let key = first.key_for("elicitation/create");
+        // The stream is let go once the client has its answer: wait for the count to settle.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while parked_released(&gw.scrape().await) != counted {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{release:?}: expected {counted}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(gw.scrape().await.get("mrtr_parked_calls", &[]), 1.0);
+        let done = c
+            .retry_tool(
+                "ask_form",
+                json!({}),
+                &caps,
+                json!({ key: accept(json!({"name": "Ada"})) }),
+                &first.state(),
+            )
+            .await;
+        assert_eq!(done.tool_json()["action"], "accept");
+        let after = gw.scrape().await;
+        assert_eq!(parked_released(&after), 0.0, "{release:?}");
+        assert_eq!(after.get("mrtr_parked_calls", &[]), 0.0);
+        gw.stop().await;
+    }
+}
+
+#[tokio::test]
 async fn a_parked_call_keeps_its_stream_when_told_to() {
     let fx = Fixture::http(&["--event-ids"]).await;
     let gw = over_http_with(&fx, "release_parked_streams = false\n").await;

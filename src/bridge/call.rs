@@ -479,9 +479,10 @@ impl Task {
             // The round is answered: the channel goes now, not when the retry brings a new one.
             drop(reply);
             tracing::debug!(park = %park, round = self.round, asked = self.pending.len(), "call parked");
-            if self.call.events.release() {
+            let released = self.call.events.release().then(|| {
                 tracing::debug!(park = %park, "the backend's answer stream is let go until the retry");
-            }
+                self.bridge.metrics.stream_released()
+            });
 
             let woke = loop {
                 tokio::select! {
@@ -509,6 +510,7 @@ impl Task {
                     }
                 }
             };
+            drop(released);
             self.bridge.metrics.park_duration(parked_at.elapsed());
             self.parked_since = None;
             self.parked_for += parked_at.elapsed();
