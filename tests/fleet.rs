@@ -279,12 +279,42 @@ async fn two_hundred(replicas: &[Replica], path: &'static str) {
         .await;
 }
 
+/// `mrtr_retries_total{result}` summed over the fleet, by result.
+async fn fleet_retries(replicas: &[Replica]) -> std::collections::BTreeMap<&'static str, f64> {
+    let mut total = std::collections::BTreeMap::new();
+    for r in replicas {
+        let (status, _, body) = admin_request(r.admin, "GET", "/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        let scrape = Scrape::parse(&body);
+        for result in ["resumed", "forwarded", "replayed", "asked_again"] {
+            *total.entry(result).or_insert(0.0) += scrape.get(
+                "mrtr_retries_total",
+                &[("result", result), ("reason", "none")],
+            );
+        }
+    }
+    total
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_two_round_calls_complete_across_three_replicas_in_both_modes() {
     let replicas = fleet(3, "1s");
+    let count = |resumed: f64, forwarded: f64, replayed: f64| {
+        std::collections::BTreeMap::from([
+            ("asked_again", 0.0),
+            ("forwarded", forwarded),
+            ("replayed", replayed),
+            ("resumed", resumed),
+        ])
+    };
     tokio::time::timeout(Duration::from_secs(120), async {
+        // Every retry lands on another replica than the call's owner: in hold mode it is
+        // forwarded there (counted by the replica it landed on) and resumed by the owner.
         two_hundred(&replicas, "/hold").await;
+        assert_eq!(fleet_retries(&replicas).await, count(400.0, 400.0, 0.0));
+        // In replay mode the replica it lands on runs the call again from the state.
         two_hundred(&replicas, "/replay").await;
+        assert_eq!(fleet_retries(&replicas).await, count(400.0, 400.0, 400.0));
     })
     .await
     .expect("all calls finished");
