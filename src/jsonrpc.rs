@@ -191,10 +191,9 @@ pub fn from_value(value: Value) -> Result<Message, FrameError> {
             ));
         }
         Some(Value::Null) => None,
-        Some(v) => Some(
-            serde_json::from_value::<Id>(v)
-                .map_err(|_| FrameError::Shape("`id` must be a string or an integer".into()))?,
-        ),
+        Some(v) => Some(serde_json::from_value::<Id>(v).map_err(|_| {
+            FrameError::Shape("`id` must be a string or an integer that fits in 64 bits".into())
+        })?),
     };
     let params = obj.remove("params");
     if let Some(p) = &params
@@ -346,6 +345,7 @@ mod tests {
             let body = format!(r#"{{"jsonrpc":"2.0","id":{bad},"method":"m"}}"#);
             let err = parse(body.as_bytes(), 8).unwrap_err();
             assert_eq!(err.code(), INVALID_REQUEST, "{bad}");
+            assert!(err.to_string().contains("64 bits"), "{bad}: {err}");
         }
     }
 
