@@ -258,15 +258,22 @@ async fn elicit_round_trip_with(c: &Client, while_parked: impl FnOnce()) -> Valu
         first.result()["inputRequests"][&key]["params"]["message"],
         "Who?"
     );
+    answer_ada(c, json!({"message": "Who?"}), &first)
+        .await
+        .tool_json()
+}
+
+/// Retries `first`, an `ask_form` call with `args` waiting for its elicitation, answering "Ada".
+async fn answer_ada(c: &Client, args: Value, first: &Reply) -> Reply {
+    let key = first.key_for("elicitation/create");
     c.retry_tool(
         "ask_form",
-        json!({"message": "Who?"}),
-        &caps,
+        args,
+        &json!({"elicitation": {}}),
         json!({ key: accept(json!({"name": "Ada"})) }),
         &first.state(),
     )
     .await
-    .tool_json()
 }
 
 /// The call failed on the backend's side (-32001) with a message that names the backend and
@@ -411,7 +418,7 @@ async fn parked_calls_that_let_their_stream_go_are_counted_until_their_retry() {
         let c = gw.client();
         let caps = json!({"elicitation": {}});
         let first = c.call_tool("ask_form", json!({}), &caps).await;
-        let key = first.key_for("elicitation/create");
+        first.key_for("elicitation/create");
         // The stream is let go once the client has its answer: wait for the count to settle.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while parked_released(&gw.scrape().await) != counted {
@@ -422,15 +429,7 @@ async fn parked_calls_that_let_their_stream_go_are_counted_until_their_retry() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(gw.scrape().await.get("mrtr_parked_calls", &[]), 1.0);
-        let done = c
-            .retry_tool(
-                "ask_form",
-                json!({}),
-                &caps,
-                json!({ key: accept(json!({"name": "Ada"})) }),
-                &first.state(),
-            )
-            .await;
+        let done = answer_ada(&c, json!({}), &first).await;
         assert_eq!(done.tool_json()["action"], "accept");
         let after = gw.scrape().await;
         assert_eq!(parked_released(&after), 0.0, "{release:?}");
@@ -506,17 +505,9 @@ async fn a_session_lost_while_a_call_is_parked_fails_the_retry_clearly() {
     let c = gw.client();
     let caps = json!({"elicitation": {}});
     let first = c.call_tool("ask_form", json!({}), &caps).await;
-    let key = first.key_for("elicitation/create");
+    first.key_for("elicitation/create");
     fx.expire().await;
-    let retry = c
-        .retry_tool(
-            "ask_form",
-            json!({}),
-            &caps,
-            json!({ key: accept(json!({"name": "Ada"})) }),
-            &first.state(),
-        )
-        .await;
+    let retry = answer_ada(&c, json!({}), &first).await;
     assert_backend_failed(&retry, "fixture");
     // And the next call gets a new session.
     assert_eq!(elicit_round_trip(&c).await, ada());
