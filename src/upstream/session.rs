@@ -178,9 +178,9 @@ async fn session_ended(session: &Session, reason: String) {
 }
 
 impl Drop for OwnStream {
-    /// A stream that is still open once the call is done is read to its end in the background
-    /// (briefly), so its connection can be used again; the session's end is passed on, anything
-    /// else it carries is dropped.
+    /// A stream that is still open once the call is done is read to its end, so its connection
+    /// can be used again: at once when the rest has already arrived, else in the background
+    /// (briefly). The session's end is passed on; anything else it carries is dropped.
     fn drop(&mut self) {
         let (Some(mut pump), Some(mut rx)) = (self.pump.take(), self.rx.take()) else {
             return;

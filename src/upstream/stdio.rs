@@ -120,8 +120,8 @@ async fn drain_stderr<R: AsyncRead + Unpin>(stderr: R, max: usize, mut log: impl
 }
 
 /// Runs a session over any byte streams (the built-in backend and tests use in-memory pipes);
-/// at most `write_queue` lines wait for the writer: past them, the session task waits too (at
-/// most `stall`, as the writer does).
+/// at most `write_queue` lines wait for the writer: past them, the session task waits too, for
+/// as long as the writer waits on a write that makes no progress (`start.init_timeout`).
 pub async fn connect<R, W, F>(
     reader: R,
     writer: W,
