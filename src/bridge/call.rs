@@ -149,16 +149,12 @@ pub(super) fn serve(
             );
             let _ = reply.send(Reply::Done(Err(e))).await;
         }),
-        (None, None) => Box::pin(start(bridge, backend, req, reply)),
+        (None, None) => Box::pin(begin(bridge, backend, req, reply, None)),
     }
 }
 
-async fn start(bridge: Arc<Bridge>, backend: usize, req: Request, reply: mpsc::Sender<Reply>) {
-    begin(bridge, backend, req, reply, None).await;
-}
-
 /// Runs a replay-mode call again from its transcript (`round` and `next_key` from its state).
-pub(super) async fn rerun(
+pub(super) fn rerun(
     bridge: Arc<Bridge>,
     backend: usize,
     req: Request,
@@ -166,17 +162,37 @@ pub(super) async fn rerun(
     next_key: u32,
     run: replay::Run,
     reply: mpsc::Sender<Reply>,
-) {
-    begin(bridge, backend, req, reply, Some((round, next_key, run))).await;
+) -> impl Future<Output = ()> {
+    begin(bridge, backend, req, reply, Some((round, next_key, run)))
 }
 
-async fn begin(
+/// A call from its request: the request is turned into a [`Task`] by a future of its own, freed
+/// once the call is under way, so a call's future (kept while it is parked) holds the task and
+/// not the request it came from.
+fn begin(
     bridge: Arc<Bridge>,
     backend: usize,
     req: Request,
     reply: mpsc::Sender<Reply>,
     rerun: Option<(u32, u32, replay::Run)>,
-) {
+) -> impl Future<Output = ()> {
+    let prepared = Box::pin(prepare(bridge, backend, req, reply, rerun));
+    async move {
+        if let Some((task, reply)) = prepared.await {
+            task.run(reply).await;
+        }
+    }
+}
+
+/// Checks the limits, issues the call upstream and builds its task; `None` once the client has
+/// been answered (refused, or the call could not be issued).
+async fn prepare(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    reply: mpsc::Sender<Reply>,
+    rerun: Option<(u32, u32, replay::Run)>,
+) -> Option<(Box<Task>, mpsc::Sender<Reply>)> {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
     // A held call that could not park would only be abandoned: refuse it before it takes a
@@ -194,7 +210,7 @@ async fn begin(
             limits.max_parked_total,
         ) {
             let _ = reply.send(Reply::Done(Err(full.to_error()))).await;
-            return;
+            return None;
         }
     }
     // Looked up before the call goes out: a backend that serves one request at a time would
@@ -211,7 +227,7 @@ async fn begin(
         Ok(issued) => issued,
         Err(e) => {
             let _ = reply.send(Reply::Done(Err(e))).await;
-            return;
+            return None;
         }
     };
     let session_declared = lease.session().info().declared;
@@ -240,7 +256,7 @@ async fn begin(
         bridge,
     };
     // Boxed: an async fn's by-value `self` is kept twice in its future.
-    Box::new(task).run(reply).await;
+    Some((Box::new(task), reply))
 }
 
 async fn resume(

@@ -14,6 +14,7 @@ use super::Error;
 use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, Message};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
+use futures_util::FutureExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -1057,108 +1058,117 @@ where
         start.rules.clone(),
         start.max_held_roots,
     );
-    let fut = async move {
-        let transport = run(transport, cmd_rx, router, shutdown, alive).await;
+    // Chained, not awaited inside a block: the task then holds the running session once, not
+    // also a moved-from copy of it (or of its inputs).
+    let fut = run(transport, cmd_rx, router, shutdown, alive).then(|transport| async move {
         Box::pin(transport.close()).await;
         on_exit.await;
-    };
+    });
     start.tasks.spawn(fut);
     Ok(session)
 }
 
-/// The session task: commands from calls go out, everything the backend says is routed.
-async fn run<T: Transport>(
+/// The session task: commands from calls go out, everything the backend says is routed. A plain
+/// function around an `async move` block: an `async fn` would keep each argument twice in its
+/// future (as passed and as moved into its body) for as long as the session lives.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its arguments twice"
+)]
+fn run<T: Transport>(
     mut transport: T,
     mut cmds: mpsc::Receiver<Box<Cmd>>,
     mut router: Router,
     shutdown: tokio_util::sync::CancellationToken,
     alive: Arc<AtomicBool>,
-) -> T {
-    let mut unsent = None;
-    let reason = loop {
-        let held = router.next_deadline();
-        // Biased: commands first, so a call registered before its request went out is known
-        // before anything the backend says about it.
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => {
-                // Answers and notifications already queued (an abandoned call's cancel) still go out.
-                while let Ok(cmd) = cmds.try_recv() {
-                    let msg = match *cmd {
-                        Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
-                        Cmd::Notify { method, params } => Message::Notification { method, params }.into_value(),
-                        Cmd::Request { events, .. } | Cmd::Register { events, .. } => {
-                            events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
-                            continue;
+) -> impl Future<Output = T> {
+    async move {
+        let mut unsent = None;
+        let reason = loop {
+            let held = router.next_deadline();
+            // Biased: commands first, so a call registered before its request went out is known
+            // before anything the backend says about it.
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    // Answers and notifications already queued (an abandoned call's cancel) still go out.
+                    while let Ok(cmd) = cmds.try_recv() {
+                        let msg = match *cmd {
+                            Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
+                            Cmd::Notify { method, params } => Message::Notification { method, params }.into_value(),
+                            Cmd::Request { events, .. } | Cmd::Register { events, .. } => {
+                                events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
+                                continue;
+                            }
+                            Cmd::Forget { .. } => continue,
+                        };
+                        if Box::pin(transport.send(msg)).await.is_err() {
+                            break;
                         }
-                        Cmd::Forget { .. } => continue,
-                    };
-                    if Box::pin(transport.send(msg)).await.is_err() {
-                        break;
                     }
+                    break "the gateway is shutting down".to_owned();
                 }
-                break "the gateway is shutting down".to_owned();
-            }
-            _ = async { tokio::time::sleep_until(held.expect("guarded")).await }, if held.is_some() => {
-                if let Err(e) = Box::pin(send_all(&mut transport, router.expire_held(Instant::now()))).await {
-                    break e;
-                }
-            }
-            cmd = cmds.recv() => {
-                let Some(cmd) = cmd else { break "the session was closed".to_owned() };
-                let msg = match *cmd {
-                    Cmd::Request { id, method, params, interactive, events } => {
-                        router.start(id, events, method, params, interactive).await
-                    }
-                    Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
-                    Cmd::Notify { method, params } => Message::Notification { method, params }.into_value(),
-                    Cmd::Forget { id } => { router.forget(&id); continue; }
-                    Cmd::Register { id, progress, interactive, events } => {
-                        router.register(id, events, progress, interactive).await;
-                        continue;
-                    }
-                };
-                // Boxed so an idle session's task holds only its select, not a send in progress.
-                if let Err(e) = Box::pin(transport.send(msg)).await { break e; }
-            }
-            inbound = transport.recv() => match inbound {
-                Inbound::Message(msg) => {
-                    let out = Box::pin(router.route(msg)).await;
-                    if let Err(e) = Box::pin(send_all(&mut transport, out)).await {
+                _ = async { tokio::time::sleep_until(held.expect("guarded")).await }, if held.is_some() => {
+                    if let Err(e) = Box::pin(send_all(&mut transport, router.expire_held(Instant::now()))).await {
                         break e;
                     }
                 }
-                Inbound::Failed { id, reason } => {
-                    tracing::warn!(backend = %router.backend, %id, "request failed: {reason}");
-                    Box::pin(router.fail(&id, reason, false)).await;
+                cmd = cmds.recv() => {
+                    let Some(cmd) = cmd else { break "the session was closed".to_owned() };
+                    let msg = match *cmd {
+                        Cmd::Request { id, method, params, interactive, events } => {
+                            router.start(id, events, method, params, interactive).await
+                        }
+                        Cmd::Respond { id, outcome } => crate::jsonrpc::response(Some(&id), outcome),
+                        Cmd::Notify { method, params } => Message::Notification { method, params }.into_value(),
+                        Cmd::Forget { id } => { router.forget(&id); continue; }
+                        Cmd::Register { id, progress, interactive, events } => {
+                            router.register(id, events, progress, interactive).await;
+                            continue;
+                        }
+                    };
+                    // Boxed so an idle session's task holds only its select, not a send in progress.
+                    if let Err(e) = Box::pin(transport.send(msg)).await { break e; }
                 }
-                Inbound::Ended { reason, unsent: lost } => {
-                    unsent = lost;
-                    break reason;
+                inbound = transport.recv() => match inbound {
+                    Inbound::Message(msg) => {
+                        let out = Box::pin(router.route(msg)).await;
+                        if let Err(e) = Box::pin(send_all(&mut transport, out)).await {
+                            break e;
+                        }
+                    }
+                    Inbound::Failed { id, reason } => {
+                        tracing::warn!(backend = %router.backend, %id, "request failed: {reason}");
+                        Box::pin(router.fail(&id, reason, false)).await;
+                    }
+                    Inbound::Ended { reason, unsent: lost } => {
+                        unsent = lost;
+                        break reason;
+                    }
                 }
             }
+        };
+        tracing::info!(backend = %router.backend, "upstream session ended: {reason}");
+        // Dead before any call hears of it, so a call sent again never lands here.
+        alive.store(false, Ordering::Release);
+        if let Some(id) = unsent {
+            router.fail(&id, reason.clone(), true).await;
         }
-    };
-    tracing::info!(backend = %router.backend, "upstream session ended: {reason}");
-    // Dead before any call hears of it, so a call sent again never lands here.
-    alive.store(false, Ordering::Release);
-    if let Some(id) = unsent {
-        router.fail(&id, reason.clone(), true).await;
-    }
-    // Requests queued behind the end never went out: they may go to a new session.
-    cmds.close();
-    while let Ok(cmd) = cmds.try_recv() {
-        match *cmd {
-            Cmd::Request { events, .. } => events.try_send(CallEvent::Unsent(format!(
-                "the session ended before the request was sent: {reason}"
-            ))),
-            // Its request went out by itself: whether the backend saw it is unknown.
-            Cmd::Register { events, .. } => events.try_send(CallEvent::Closed(reason.clone())),
-            _ => {}
+        // Requests queued behind the end never went out: they may go to a new session.
+        cmds.close();
+        while let Ok(cmd) = cmds.try_recv() {
+            match *cmd {
+                Cmd::Request { events, .. } => events.try_send(CallEvent::Unsent(format!(
+                    "the session ended before the request was sent: {reason}"
+                ))),
+                // Its request went out by itself: whether the backend saw it is unknown.
+                Cmd::Register { events, .. } => events.try_send(CallEvent::Closed(reason.clone())),
+                _ => {}
+            }
         }
+        router.close_all(&reason).await;
+        transport
     }
-    router.close_all(&reason).await;
-    transport
 }
 
 async fn send_all<T: Transport>(transport: &mut T, msgs: Vec<Value>) -> Result<(), String> {
