@@ -54,7 +54,9 @@ pub struct Call {
 /// front, and a parked call keeps its channel for as long as it waits.
 #[derive(Debug)]
 pub struct Events {
-    routed: mpsc::Receiver<Box<CallEvent>>,
+    /// What the session task routes to the call; none for a call on its own stream that the
+    /// session never hears of (no input and no progress can be routed to it).
+    routed: Option<mpsc::Receiver<Box<CallEvent>>>,
     /// The call's own answer stream, when the transport lets calls read it themselves.
     own: Option<Box<OwnStream>>,
 }
@@ -62,7 +64,7 @@ pub struct Events {
 impl Events {
     fn routed(rx: mpsc::Receiver<Box<CallEvent>>) -> Events {
         Events {
-            routed: rx,
+            routed: Some(rx),
             own: None,
         }
     }
@@ -70,21 +72,21 @@ impl Events {
     /// The next event; `None` once the session has let go of the call.
     pub async fn recv(&mut self) -> Option<CallEvent> {
         let Some(own) = self.own.as_deref_mut() else {
-            return self.routed.recv().await.map(|e| *e);
+            return next_routed(&mut self.routed).await;
         };
         loop {
             tokio::select! {
                 biased;
-                event = self.routed.recv(), if own.registered => match event {
+                event = next_routed(&mut self.routed), if own.registered => match event {
                     // The session ended, but the call's own stream may still say how it went
                     // (answered, or never seen by the backend and safe to send again): kept
                     // until the stream is over, since a finished request's last word may still
                     // wait in `rx`.
-                    Some(event) if matches!(*event, CallEvent::Closed(_)) && own.streaming => {
-                        own.closed = Some(*event);
+                    Some(event) if matches!(event, CallEvent::Closed(_)) && own.streaming => {
+                        own.closed = Some(event);
                         own.registered = false;
                     }
-                    Some(event) => return Some(*event),
+                    Some(event) => return Some(event),
                     None => own.registered = false,
                 },
                 inbound = next_inbound(&mut own.rx) => match inbound {
@@ -99,7 +101,7 @@ impl Events {
                     None => {
                         own.streaming = false;
                         if own.registered {
-                            return self.routed.recv().await.map(|e| *e);
+                            return next_routed(&mut self.routed).await;
                         }
                         return own.closed.take();
                     }
@@ -221,6 +223,13 @@ impl Drop for OwnStream {
 }
 
 /// The next thing the call's own stream delivered; `None` once it is over (or let go).
+async fn next_routed(rx: &mut Option<mpsc::Receiver<Box<CallEvent>>>) -> Option<CallEvent> {
+    match rx {
+        Some(rx) => rx.recv().await.map(|e| *e),
+        None => None,
+    }
+}
+
 async fn next_inbound(rx: &mut Option<mpsc::Receiver<Box<Inbound>>>) -> Option<Box<Inbound>> {
     match rx {
         Some(rx) => rx.recv().await,
@@ -483,9 +492,9 @@ impl Session {
     ) -> Result<Call, Error> {
         // Ids start at 1: `initialize` was 0.
         let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
-        let (events, routed) = mpsc::channel(CALL_EVENTS);
-        let events = EventTx(events);
         let Some(direct) = &self.inner.direct else {
+            let (events, routed) = mpsc::channel(CALL_EVENTS);
+            let events = EventTx(events);
             self.command(Cmd::Request {
                 id: id.clone(),
                 method: method.to_owned(),
@@ -505,12 +514,15 @@ impl Session {
         // Registered before the request goes out, so the session task (which takes commands
         // before the backend's messages) routes the backend's first push to this call.
         let registered = interactive || progress.is_some();
+        let mut routed = None;
         if registered {
+            let (events, rx) = mpsc::channel(CALL_EVENTS);
+            routed = Some(rx);
             self.command(Cmd::Register {
                 id: id.clone(),
                 progress: progress.clone(),
                 interactive,
-                events,
+                events: EventTx(events),
             })
             .await?;
         }
