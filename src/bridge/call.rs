@@ -68,6 +68,8 @@ struct Task {
     method: String,
     params: Params,
     principal: Digest,
+    /// The `_meta` of the request being served: the first one's, then each retry's. Empty while
+    /// the call is parked.
     meta: RequestMeta,
     declared: Declared,
     lease: Lease,
@@ -494,6 +496,9 @@ impl Task {
                 .await;
             // The round is answered: the channel goes now, not when the retry brings a new one.
             drop(reply);
+            // So does the request's `_meta` (its capabilities alone are a map node of over half a
+            // KiB): nothing reads it while the call is parked, and the retry brings its own.
+            self.meta = RequestMeta::default();
             tracing::debug!(park = %park, round = self.round, asked = self.pending.len(), "call parked");
             let released = self.call.events.release().then(|| {
                 tracing::debug!(park = %park, "the backend's answer stream is let go until the retry");

@@ -73,7 +73,7 @@ fn valid_traceparent(s: &str) -> bool {
 }
 
 /// The request metadata a 2026-07-28 client sends with every request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestMeta {
     pub protocol_version: String,
     pub capabilities: Map<String, Value>,
