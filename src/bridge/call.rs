@@ -5,7 +5,7 @@
 //! parked it keeps listening to the backend, so an outcome reached meanwhile is kept for the
 //! retry, and at the park deadline it abandons the call explicitly.
 
-use super::park::{Entry, Handle, Resume};
+use super::park::{Door, Entry, Handle, Resume};
 use super::replay::{self, Match};
 use super::{
     Bridge, Reply, Request, backend_failed, invalid_state, upstream_error, upstream_params,
@@ -344,9 +344,10 @@ async fn resume(
         meta: req.meta,
         reply: reply.clone(),
     };
-    if handle.resume.send(Box::new(resume)).await.is_err() {
-        // The park ended between lookup and hand-over.
-        metrics.state_failure(StateFailure::UnknownPark);
+    if handle.resume.hand_over(Box::new(resume)).is_err() {
+        // The call is not waiting for a retry: another retry of this state got in first, or
+        // took the call on to its next round (or it has just ended).
+        metrics.state_failure(StateFailure::StaleRound);
         let _ = reply.send(refuse(invalid_state())).await;
     }
 }
@@ -395,25 +396,10 @@ fn now_ms() -> u64 {
 
 impl Task {
     async fn run(self: Box<Self>, reply: mpsc::Sender<Reply>) {
-        let bridge = self.bridge.clone();
-        // Boxed: a channel allocates room for 32 messages up front, and a parked call keeps it.
-        let (resume_tx, mut resume_rx) = mpsc::channel::<Box<Resume>>(4);
-        self.rounds(reply, resume_tx, &mut resume_rx).await;
-        // A retry handed over as the call ended (a second retry of a state already used, or
-        // one that met the deadline) gets the answer of any used or expired state.
-        resume_rx.close();
-        while let Ok(late) = resume_rx.try_recv() {
-            bridge.metrics.state_failure(StateFailure::UnknownPark);
-            let _ = late.reply.send(Reply::Done(Err(invalid_state()))).await;
-        }
+        self.rounds(reply, Arc::default()).await;
     }
 
-    async fn rounds(
-        mut self: Box<Self>,
-        mut reply: mpsc::Sender<Reply>,
-        resume_tx: mpsc::Sender<Box<Resume>>,
-        resume_rx: &mut mpsc::Receiver<Box<Resume>>,
-    ) {
+    async fn rounds(mut self: Box<Self>, mut reply: mpsc::Sender<Reply>, door: Arc<Door>) {
         let mut entry: Option<Entry> = None;
         loop {
             let step = Box::pin(self.drive(&reply)).await;
@@ -465,7 +451,7 @@ impl Task {
             if entry.is_none() {
                 let limits = &self.bridge.config.limits;
                 let handle = Handle {
-                    resume: resume_tx.clone(),
+                    resume: door.clone(),
                     backend: self.backend,
                 };
                 match self.bridge.parks.insert(
@@ -491,6 +477,8 @@ impl Task {
             let span = tracing::Span::current();
             span.record("park", tracing::field::display(park));
             span.record("round", self.round);
+            // Open before the client learns the state it may retry with.
+            let mut retry = door.open();
             let _ = reply
                 .send(Reply::Done(Ok(self.input_required(park, None))))
                 .await;
@@ -509,10 +497,14 @@ impl Task {
                 tokio::select! {
                     _ = self.bridge.shutdown.cancelled() => break Woke::Abandon(AbandonReason::Shutdown),
                     _ = tokio::time::sleep_until(deadline) => break Woke::Abandon(AbandonReason::Expired),
-                    resume = resume_rx.recv() => {
-                        // `resume_tx` is alive in this function, so the channel never ends here.
-                        let Some(resume) = resume else { break Woke::Abandon(AbandonReason::Expired) };
+                    resume = &mut retry => {
+                        // Only a retry takes the door's sender, and it always sends.
+                        let Ok(resume) = resume else {
+                            retry = door.open();
+                            continue;
+                        };
                         if resume.round != self.round {
+                            retry = door.open();
                             self.bridge.metrics.state_failure(StateFailure::StaleRound);
                             let _ = resume.reply.send(Reply::Done(Err(invalid_state()))).await;
                             continue;
@@ -520,7 +512,9 @@ impl Task {
                         match Box::pin(self.accept(&resume)).await {
                             Ok(()) => break Woke::Retry(resume),
                             Err(e) => {
-                                // A malformed answer leaves the park as it was.
+                                // A malformed answer leaves the park as it was: open again
+                                // before the client hears of it.
+                                retry = door.open();
                                 self.bridge.metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
                                 let _ = resume.reply.send(Reply::Done(Err(e))).await;
                             }
@@ -531,6 +525,14 @@ impl Task {
                     }
                 }
             };
+            // Retries that come from now on find no way in; one that got in as the wait ended
+            // (it met the deadline or the shutdown) gets the answer of a park that is gone.
+            door.close();
+            retry.close();
+            if let Ok(late) = retry.try_recv() {
+                self.bridge.metrics.state_failure(StateFailure::UnknownPark);
+                let _ = late.reply.send(Reply::Done(Err(invalid_state()))).await;
+            }
             drop(released);
             self.bridge.metrics.park_duration(parked_at.elapsed());
             self.parked_since = None;

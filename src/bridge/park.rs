@@ -5,9 +5,9 @@ use crate::jsonrpc::ErrorObject;
 use crate::seal::{Digest, ParkId};
 use dashmap::DashMap;
 use serde_json::{Map, Value};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
 
 use super::Reply;
 use crate::protocol::caps::Declared;
@@ -23,9 +23,39 @@ pub struct Resume {
     pub reply: mpsc::Sender<Reply>,
 }
 
+/// Where a retry is handed to its parked call. It holds a way in only while the call waits for
+/// a retry, and the first retry to take it is the one the call gets: another that arrives
+/// meanwhile finds it empty. (A one-shot hand-over per wait rather than a channel: a tokio
+/// channel allocates room for 32 messages up front, and every parked call would keep one.)
+#[derive(Debug, Default)]
+pub struct Door(Mutex<Option<oneshot::Sender<Box<Resume>>>>);
+
+impl Door {
+    /// Opens the door for the next retry; the call waits on what it returns.
+    pub fn open(&self) -> oneshot::Receiver<Box<Resume>> {
+        let (tx, rx) = oneshot::channel();
+        *self.0.lock().expect("door lock") = Some(tx);
+        rx
+    }
+
+    /// Closes the door: retries that come later find no way in.
+    pub fn close(&self) {
+        self.0.lock().expect("door lock").take();
+    }
+
+    /// Hands a retry to the call; gives it back if the call is not waiting for one (it is
+    /// running a round, another retry got in first, or it has ended).
+    pub fn hand_over(&self, resume: Box<Resume>) -> Result<(), Box<Resume>> {
+        let Some(tx) = self.0.lock().expect("door lock").take() else {
+            return Err(resume);
+        };
+        tx.send(resume)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Handle {
-    pub resume: mpsc::Sender<Box<Resume>>,
+    pub resume: Arc<Door>,
     /// The backend the call runs on: a state opens only at that backend's endpoint.
     pub backend: usize,
 }
@@ -135,9 +165,40 @@ mod tests {
 
     fn handle() -> Handle {
         Handle {
-            resume: mpsc::channel(1).0,
+            resume: Arc::default(),
             backend: 0,
         }
+    }
+
+    fn resume(round: u32) -> Box<Resume> {
+        Box::new(Resume {
+            round,
+            responses: Map::new(),
+            meta: RequestMeta::default(),
+            declared: Declared::default(),
+            reply: mpsc::channel(1).0,
+        })
+    }
+
+    #[test]
+    fn the_door_lets_in_one_retry_per_opening_and_none_while_closed() {
+        let door = Door::default();
+        assert_eq!(door.hand_over(resume(1)).unwrap_err().round, 1, "never opened");
+        let mut rx = door.open();
+        door.hand_over(resume(2)).expect("open: the first retry gets in");
+        assert_eq!(door.hand_over(resume(3)).unwrap_err().round, 3, "taken");
+        assert_eq!(rx.try_recv().expect("handed over").round, 2);
+        let rx = door.open();
+        door.close();
+        assert_eq!(door.hand_over(resume(4)).unwrap_err().round, 4, "closed");
+        drop(rx);
+        door.open();
+        drop(door.open());
+        assert_eq!(
+            door.hand_over(resume(5)).unwrap_err().round,
+            5,
+            "the call stopped waiting"
+        );
     }
 
     #[test]
