@@ -690,12 +690,11 @@ parked call needs that connection while the backend may send the tool's result o
 When the backend numbers its events (SSE `id:`, so the stream can be resumed), the gateway lets \
 the stream go as it parks the call and picks it up with `Last-Event-ID` on the retry: {} \
 (second table), against the same 16 KiB. What is left, by `heaptrack` of 1,000 parked calls \
-with their streams let go: four tokio channels (about 0.8 KiB each: a channel's shared state is \
-aligned to 128 bytes and it allocates room for 32 messages up front; two are the call's, for its \
-retries and for what its session routes to it, and two the session's, for its commands and for \
-what its link receives), the session's task (about 1.4 KiB), the call's future (about 1.4 KiB), \
-the call's task (0.6 KiB), the client's `_meta` (0.6 KiB: its capabilities as a `serde_json` \
-map, one B-tree node), the session's transport and link, the pending input requests and the park \
+with their streams let go: three tokio channels (about 0.8 KiB each: a channel's shared state \
+is aligned to 128 bytes and it allocates room for 32 messages up front; one is the call's, for \
+what its session routes to it, and two the session's, for its commands and for what its link \
+receives), the session's task (about 1.4 KiB), the call's future (about 1.4 KiB), the call's \
+task (0.6 KiB), the session's transport and link, the pending input requests and the park \
 entry. Steps that got it here: boxing each phase of a call, boxing the \
 messages of the call's channels and fixing the upstream read buffer at 4 KiB (71.4 to about 51 \
 KiB); copying the backend's session id out of the connection's read buffer (the header shared \
@@ -707,10 +706,15 @@ params as JSON text instead of `serde_json` values, and spawning a request's pha
 itself instead of inside two wrappers that each kept a copy of the request (about 8 KiB); \
 dropping, with the stream it let go, the channel the stream delivered into (at 1,000 \
 parked, 15.9 and 15.5 KiB against 14.9 and 14.7 KiB in two alternating pairs of short runs); \
-and keeping the inputs of a call's future and of a session's task once each (an `async fn` keeps \
+keeping the inputs of a call's future and of a session's task once each (an `async fn` keeps \
 its arguments for its whole life besides the copies its body moves them into): about 2 KiB, \
 in two alternating pairs of short runs at 1,000 and 10,000 parked 35.4 and 35.1 KiB against 33.3 \
-and 33.1 holding the stream, 15.0 and 12.9 against 13.0 and 10.9 with it let go. \
+and 33.1 holding the stream, 15.0 and 12.9 against 13.0 and 10.9 with it let go; letting the \
+request's `_meta` go while parked (its capabilities were a `serde_json` map node of over half a \
+KiB; the retry brings its own): about 0.65 KiB; and handing a retry to its parked call through \
+a one-shot hand-over opened for each wait instead of a channel kept for the call's life: about \
+0.9 KiB (the same pairs: 32.5 against 31.6 KiB holding the stream at 10,000 parked, 10.3 \
+against 9.4 with it let go). \
 Without `--no-standalone-stream` each session also keeps its standalone GET stream: a \
 second connection per parked call.",
                 m.per_call_kib,
