@@ -183,9 +183,14 @@ mod tests {
     #[test]
     fn the_door_lets_in_one_retry_per_opening_and_none_while_closed() {
         let door = Door::default();
-        assert_eq!(door.hand_over(resume(1)).unwrap_err().round, 1, "never opened");
+        assert_eq!(
+            door.hand_over(resume(1)).unwrap_err().round,
+            1,
+            "never opened"
+        );
         let mut rx = door.open();
-        door.hand_over(resume(2)).expect("open: the first retry gets in");
+        door.hand_over(resume(2))
+            .expect("open: the first retry gets in");
         assert_eq!(door.hand_over(resume(3)).unwrap_err().round, 3, "taken");
         assert_eq!(rx.try_recv().expect("handed over").round, 2);
         let rx = door.open();
