@@ -219,6 +219,51 @@ async fn missing_input_is_asked_again() {
 }
 
 #[tokio::test]
+async fn an_answer_of_the_wrong_shape_is_refused_and_the_same_state_still_works() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let first = c.call_tool("ask_form", json!({}), &caps).await;
+    let key = first.key_for("elicitation/create");
+    let sent = gw.backend_received().len();
+    let bad = c
+        .retry_tool(
+            "ask_form",
+            json!({}),
+            &caps,
+            json!({ key.clone(): {"action": "maybe"} }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(bad.error_code(), -32602, "{:#}", bad.body);
+    let message = bad.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("inputResponses[\"{key}\"]")) && message.contains("maybe"),
+        "the error names the answer and what is wrong with it: {message}"
+    );
+    assert_eq!(gw.parked(), 1, "the park is as it was");
+    assert_eq!(
+        gw.backend_received().len(),
+        sent,
+        "nothing reached the backend"
+    );
+    // At once, with the same state: the call takes retries again before the client hears of
+    // the refusal.
+    let done = c
+        .retry_tool(
+            "ask_form",
+            json!({}),
+            &caps,
+            json!({ key: accept(json!({"name": "Ada"})) }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["content"]["name"], "Ada");
+    assert_eq!(gw.parked(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn decline_and_cancel_reach_the_backend_as_such() {
     let gw = Gateway::start().await;
     let c = gw.client();

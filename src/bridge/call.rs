@@ -497,7 +497,9 @@ impl Task {
                 tokio::select! {
                     _ = self.bridge.shutdown.cancelled() => break Woke::Abandon(AbandonReason::Shutdown),
                     _ = tokio::time::sleep_until(deadline) => break Woke::Abandon(AbandonReason::Expired),
-                    resume = &mut retry => {
+                    // Guarded: a finished receiver must not be polled again (each way on
+                    // below opens the door anew).
+                    resume = &mut retry, if !retry.is_terminated() => {
                         // Only a retry takes the door's sender, and it always sends.
                         let Ok(resume) = resume else {
                             retry = door.open();
