@@ -72,24 +72,24 @@ impl Events {
     /// The next event; `None` once the session has let go of the call.
     pub async fn recv(&mut self) -> Option<CallEvent> {
         let Some(own) = self.own.as_deref_mut() else {
-            return next_routed(&mut self.routed).await;
+            return next_from(&mut self.routed).await.map(|e| *e);
         };
         loop {
             tokio::select! {
                 biased;
-                event = next_routed(&mut self.routed), if own.registered => match event {
+                event = next_from(&mut self.routed), if own.registered => match event {
                     // The session ended, but the call's own stream may still say how it went
                     // (answered, or never seen by the backend and safe to send again): kept
                     // until the stream is over, since a finished request's last word may still
                     // wait in `rx`.
-                    Some(event) if matches!(event, CallEvent::Closed(_)) && own.streaming => {
-                        own.closed = Some(event);
+                    Some(event) if matches!(*event, CallEvent::Closed(_)) && own.streaming => {
+                        own.closed = Some(*event);
                         own.registered = false;
                     }
-                    Some(event) => return Some(event),
+                    Some(event) => return Some(*event),
                     None => own.registered = false,
                 },
-                inbound = next_inbound(&mut own.rx) => match inbound {
+                inbound = next_from(&mut own.rx) => match inbound {
                     Some(inbound) => {
                         // Boxed: the call's future would otherwise keep room for it while
                         // it waits, parked, for anything else.
@@ -101,7 +101,7 @@ impl Events {
                     None => {
                         own.streaming = false;
                         if own.registered {
-                            return next_routed(&mut self.routed).await;
+                            return next_from(&mut self.routed).await.map(|e| *e);
                         }
                         return own.closed.take();
                     }
@@ -222,15 +222,9 @@ impl Drop for OwnStream {
     }
 }
 
-/// The next thing the call's own stream delivered; `None` once it is over (or let go).
-async fn next_routed(rx: &mut Option<mpsc::Receiver<Box<CallEvent>>>) -> Option<CallEvent> {
-    match rx {
-        Some(rx) => rx.recv().await.map(|e| *e),
-        None => None,
-    }
-}
-
-async fn next_inbound(rx: &mut Option<mpsc::Receiver<Box<Inbound>>>) -> Option<Box<Inbound>> {
+/// The next message on a channel the call may not have (no routing channel, or its own stream
+/// let go); `None` once it is over, or at once without one.
+async fn next_from<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => None,
