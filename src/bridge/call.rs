@@ -395,11 +395,9 @@ fn now_ms() -> u64 {
 }
 
 impl Task {
-    async fn run(self: Box<Self>, reply: mpsc::Sender<Reply>) {
-        self.rounds(reply, Arc::default()).await;
-    }
-
-    async fn rounds(mut self: Box<Self>, mut reply: mpsc::Sender<Reply>, door: Arc<Door>) {
+    /// Serves the call's rounds until it ends.
+    async fn run(mut self: Box<Self>, mut reply: mpsc::Sender<Reply>) {
+        let door: Arc<Door> = Arc::default();
         let mut entry: Option<Entry> = None;
         loop {
             let step = Box::pin(self.drive(&reply)).await;
