@@ -1,6 +1,6 @@
 //! What one upstream connection holding an open streamed response costs in resident memory: the
 //! floor under the gateway's memory per parked call on an HTTP backend. It opens `N` POSTs through
-//! the same hyper client the gateway uses (keep-alive pool, fixed 4 KiB read buffer) against a
+//! the same client the gateway uses (`upstream::http::client`, default settings) against a
 //! local server that answers each with an event stream and never ends it, reads the first event,
 //! keeps every response open, and reports the growth of this process's `VmRSS` per connection.
 //! The server's side (one small task and socket per connection) runs in this process too, so the
@@ -12,7 +12,7 @@
 mod rss;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use rss::rss_kib;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -60,10 +60,10 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(300)).await;
             before = rss_kib("self")?;
         }
-        let req = hyper::Request::post(uri.clone())
+        let req = http::Request::post(uri.clone())
             .header("content-type", "application/json")
-            .body(Full::new(body.clone()))?;
-        let mut resp = client.request(req).await?;
+            .body(body.clone())?;
+        let mut resp = client.send(req).await?;
         resp.body_mut().frame().await.transpose()?;
         open.push(resp);
     }

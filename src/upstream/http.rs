@@ -11,6 +11,7 @@
 //! `Last-Event-ID`. A 404 on a known session means the backend forgot it: the request that saw it
 //! is reported as never delivered (so a new call can go to a new session), and the session ends.
 
+use super::h1::{self, Body};
 use super::session::{Inbound, Mark, Transport};
 use crate::config::Http as Config;
 use crate::jsonrpc::{self, Id, Message};
@@ -19,7 +20,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -31,32 +32,7 @@ use tokio_util::task::TaskTracker;
 /// Where a stream's messages go: the session task's queue, or a call reading its own stream.
 pub(crate) type Sink = mpsc::Sender<Box<Inbound>>;
 
-/// One keep-alive pool of HTTP(S) connections.
-type Pooled =
-    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// The HTTP(S) client of one backend: a keep-alive pool for each shard, and one for the other
-/// threads. A request goes out on its own shard's connections, whose tasks run on that shard
-/// (hyper runs each connection as a task of the runtime that opened it), so the exchange stays
-/// on one thread.
-#[derive(Debug, Clone)]
-pub struct Client {
-    pools: Arc<[Pooled]>,
-    /// The connections' read buffer, which a response head must fit (`max_response_head_bytes`).
-    max_head: usize,
-}
-
-impl Client {
-    /// Sends `req` on a connection of this thread's pool.
-    pub fn request(
-        &self,
-        req: http::Request<Full<Bytes>>,
-    ) -> hyper_util::client::legacy::ResponseFuture {
-        let elsewhere = self.pools.len() - 1;
-        let shard = crate::shard::current().unwrap_or(elsewhere);
-        self.pools[shard.min(elsewhere)].request(req)
-    }
-}
+pub use super::h1::Client;
 
 /// How many times one request's stream is resumed with `Last-Event-ID` before giving up.
 const MAX_RESUMES: u32 = 5;
@@ -70,8 +46,8 @@ const INBOUND: usize = 64;
 /// How much of an unexpected body is quoted in an error.
 const SNIPPET: usize = 160;
 
-/// Builds the client for one backend: keep-alive pool, connect timeout, TLS with the bundled
-/// Mozilla roots for `https` URLs.
+/// Builds the client for one backend: keep-alive pools of at most `pool_max` idle connections,
+/// connect timeout, TLS with the bundled Mozilla roots for `https` URLs.
 pub fn client(cfg: &Config, pool_max: usize) -> Client {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.connect_timeout));
@@ -83,20 +59,7 @@ pub fn client(cfg: &Config, pool_max: usize) -> Client {
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    let pool = || {
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            // A parked call keeps its POST stream open: a fixed read buffer per connection (4 KiB
-            // by default, instead of one that starts at 8 KiB and grows) bounds what each one
-            // holds. Bodies stream through it in pieces; only a response head must fit.
-            .http1_read_buf_exact_size(cfg.max_response_head_bytes)
-            .pool_max_idle_per_host(pool_max)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector.clone())
-    };
-    Client {
-        pools: (0..=crate::shard::count()).map(|_| pool()).collect(),
-        max_head: cfg.max_response_head_bytes,
-    }
+    Client::new(connector, pool_max, cfg.max_response_head_bytes)
 }
 
 /// What the HTTP transports share with the tasks they spawn.
@@ -168,8 +131,8 @@ impl Link {
         url: &Uri,
         headers: HeaderMap,
         body: Option<&Value>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, Failure> {
-        let mut req = hyper::Request::builder().method(method).uri(url.clone());
+    ) -> Result<http::Response<Body>, Failure> {
+        let mut req = http::Request::builder().method(method).uri(url.clone());
         let all = req.headers_mut().expect("a fresh builder has headers");
         all.extend(self.headers.clone());
         all.extend(headers);
@@ -179,32 +142,29 @@ impl Link {
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 );
-                Full::new(Bytes::from(serde_json::to_vec(v).map_err(|e| {
-                    Failure::Other(format!("cannot encode a message: {e}"))
-                })?))
+                Bytes::from(
+                    serde_json::to_vec(v)
+                        .map_err(|e| Failure::Other(format!("cannot encode a message: {e}")))?,
+                )
             }
-            None => Full::new(Bytes::new()),
+            None => Bytes::new(),
         };
         let req = req
             .body(body)
             .map_err(|e| Failure::Other(format!("cannot build a request: {e}")))?;
-        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+        match tokio::time::timeout(self.timeout, self.client.send(req)).await {
             Err(_) => Err(Failure::Timeout),
-            Ok(Err(e)) if e.is_connect() => Err(Failure::Connect(error_chain(&e))),
-            Ok(Err(e)) if head_too_large(&e) => Err(Failure::Other(format!(
-                "its response head is larger than `max_response_head_bytes` ({} bytes)",
-                self.client.max_head
-            ))),
-            Ok(Err(e)) => Err(Failure::Other(format!(
-                "the HTTP exchange failed: {}",
-                error_chain(&e)
-            ))),
+            Ok(Err(h1::Error::Connect(e))) => Err(Failure::Connect(e)),
+            Ok(Err(e @ h1::Error::HeadTooLarge(_))) => Err(Failure::Other(e.to_string())),
+            Ok(Err(h1::Error::Exchange(e))) => {
+                Err(Failure::Other(format!("the HTTP exchange failed: {e}")))
+            }
             Ok(Ok(resp)) => Ok(resp),
         }
     }
 
     /// Reads a whole JSON body (within the size limit and the deadline) as messages.
-    pub async fn read_json(&self, body: hyper::body::Incoming) -> Result<Vec<Message>, Failure> {
+    pub async fn read_json(&self, body: Body) -> Result<Vec<Message>, Failure> {
         let bytes = match tokio::time::timeout(
             self.timeout,
             Limited::new(body, self.max_message).collect(),
@@ -236,7 +196,7 @@ impl Link {
     pub async fn pump(
         &self,
         sink: &Sink,
-        body: hyper::body::Incoming,
+        body: Body,
         awaited: Option<&Id>,
         cursor: &mut Cursor,
     ) -> Result<(), DecodeError> {
@@ -328,14 +288,14 @@ fn is_response_to(msg: &Message, awaited: Option<&Id>) -> bool {
 
 /// The SSE events of a body, each bounded by `max` bytes.
 pub(crate) fn events(
-    body: hyper::body::Incoming,
+    body: Body,
     max: usize,
 ) -> impl Stream<Item = Result<sse::Event, DecodeError>> + Send + Unpin {
     let bytes = http_body_util::BodyDataStream::new(body);
     sse::decode(bytes, max)
 }
 
-pub(crate) fn content_type(resp: &hyper::Response<hyper::body::Incoming>) -> String {
+pub(crate) fn content_type(resp: &http::Response<Body>) -> String {
     resp.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -360,10 +320,7 @@ pub(crate) fn snippet(bytes: &[u8]) -> String {
 
 /// An unexpected status. The start of its body goes to the log only: an error page may carry
 /// stack traces or credentials that clients must not see.
-pub(crate) async fn status_failure(
-    resp: hyper::Response<hyper::body::Incoming>,
-    link: &Link,
-) -> Failure {
+pub(crate) async fn status_failure(resp: http::Response<Body>, link: &Link) -> Failure {
     let status = resp.status();
     let body = Limited::new(resp.into_body(), link.max_message.min(4096))
         .collect()
@@ -372,14 +329,6 @@ pub(crate) async fn status_failure(
         .unwrap_or_default();
     tracing::warn!(backend = %link.backend, %status, body = %snippet(&body), "backend answered with an unexpected status");
     Failure::Other(format!("HTTP {status}"))
-}
-
-/// Whether hyper refused a response head for not fitting the read buffer.
-fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(e), |e| e.source()).any(|e| {
-        e.downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_parse_too_large)
-    })
 }
 
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
@@ -643,6 +592,8 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
             return report(sink, fail(f.describe(&link.backend))).await;
         }
     };
+    // Sent: the answer stream may stay open for as long as the call is parked.
+    drop(msg);
     if method == "initialize"
         && let Some(sid) = resp.headers().get("mcp-session-id")
     {

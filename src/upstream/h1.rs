@@ -1,0 +1,833 @@
+//! The gateway's HTTP/1.1 client for its backends: one exchange at a time per connection,
+//! connections kept alive in a small pool per shard.
+//!
+//! Why not hyper's client: a parked call holds its answer stream open until the client retries,
+//! and a hyper client connection costs about 22 KiB however idle (a request queue with room for
+//! 32 requests, an 8 KiB header buffer, a read buffer and a task of its own). Here an exchange
+//! runs in the caller's own future, and its body reads into the stack: a stream that waits holds
+//! its socket and a few words of framing state. The response head is parsed by `httparse`;
+//! connecting (TCP, and TLS for `https` URLs) is hyper-rustls's connector.
+//!
+//! What it speaks: requests with a body of known length; responses framed by `Content-Length`,
+//! by chunked transfer coding, or by the connection's end. A connection goes back to the pool
+//! only after a complete, unambiguous response on HTTP/1.1 without `Connection: close`, and is
+//! checked for a close by the backend before it is used again.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
+use http_body::{Frame, SizeHint};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tower_service::Service;
+
+/// One connection to a backend, plain or TLS. Boxed as a trait object so that a plain one
+/// takes the room of a plain one: the TLS state alone is over 1 KiB.
+type Io = Box<dyn Wire>;
+
+trait Wire: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Wire for T {}
+
+/// Most header lines a response head may have.
+const MAX_HEADERS: usize = 100;
+/// Longest chunk-size or trailer line.
+const MAX_LINE: usize = 4096;
+/// Most trailer lines after the last chunk.
+const MAX_TRAILERS: usize = 100;
+/// How much one read of a body takes (into the stack; only what arrived is kept).
+const READ_CHUNK: usize = 8192;
+/// How long an idle connection stays in the pool.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why an exchange failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// No connection: the request did not reach the backend.
+    #[error("{0}")]
+    Connect(String),
+    /// The response head did not fit in `max_response_head_bytes`.
+    #[error("its response head is larger than `max_response_head_bytes` ({0} bytes)")]
+    HeadTooLarge(usize),
+    /// Anything after the connection was made.
+    #[error("{0}")]
+    Exchange(String),
+}
+
+/// The client of one backend. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connector: HttpsConnector<HttpConnector>,
+    /// One pool per shard, and a last one for the other threads.
+    pools: Box<[Arc<Pool>]>,
+    max_head: usize,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("pools", &self.shared.pools.len())
+            .field("max_head", &self.shared.max_head)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client connecting with `connector`, keeping at most `max_idle` idle connections per
+    /// pool, and refusing response heads longer than `max_head` bytes.
+    pub fn new(connector: HttpsConnector<HttpConnector>, max_idle: usize, max_head: usize) -> Self {
+        let pools = (0..=crate::shard::count())
+            .map(|_| {
+                Arc::new(Pool {
+                    idle: Mutex::new(Vec::new()),
+                    max: max_idle,
+                })
+            })
+            .collect();
+        Client {
+            shared: Arc::new(Shared {
+                connector,
+                pools,
+                max_head,
+            }),
+        }
+    }
+
+    pub fn max_head(&self) -> usize {
+        self.shared.max_head
+    }
+
+    /// Sends `req` on an idle connection of this thread's pool, or a new one, and reads the
+    /// response head. The body streams from the connection as the caller reads it.
+    pub async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, Error> {
+        let elsewhere = self.shared.pools.len() - 1;
+        let shard = crate::shard::current().unwrap_or(elsewhere).min(elsewhere);
+        let pool = &self.shared.pools[shard];
+        let wire = encode(&req)?;
+        let mut io = match pool.take() {
+            Some(mut io) => match write(&mut io, &wire).await {
+                Ok(()) => io,
+                // A kept connection the backend has just closed: nothing was taken in.
+                Err(_) => self.fresh(req.uri(), &wire).await?,
+            },
+            None => self.fresh(req.uri(), &wire).await?,
+        };
+        let (head, rest) = read_head(&mut io, self.shared.max_head).await?;
+        let (framing, reusable) = framing(&head)?;
+        let body = Body {
+            io: Some(io),
+            home: reusable.then(|| pool.clone()),
+            buf: rest,
+            framing,
+        };
+        let mut resp = http::Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        Ok(resp)
+    }
+
+    /// A new connection with the request written on it.
+    async fn fresh(&self, uri: &Uri, wire: &[u8]) -> Result<Io, Error> {
+        let mut connector = self.shared.connector.clone();
+        let connected = async {
+            std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+            connector.call(uri.clone()).await
+        };
+        let stream = connected
+            .await
+            .map_err(|e| Error::Connect(super::http::error_chain(&*e)))?;
+        let mut io: Io = match stream {
+            MaybeHttpsStream::Http(tcp) => Box::new(TokioIo::new(tcp)),
+            tls => Box::new(TokioIo::new(tls)),
+        };
+        write(&mut io, wire)
+            .await
+            .map_err(|e| Error::Exchange(format!("sending the request failed: {e}")))?;
+        Ok(io)
+    }
+}
+
+async fn write(io: &mut Io, wire: &[u8]) -> io::Result<()> {
+    io.write_all(wire).await?;
+    io.flush().await
+}
+
+/// The request as it goes on the wire: request line, `Host`, the request's headers,
+/// `Content-Length` when there is a body, and the body.
+fn encode(req: &http::Request<Bytes>) -> Result<Vec<u8>, Error> {
+    let uri = req.uri();
+    let host = uri
+        .host()
+        .ok_or_else(|| Error::Exchange(format!("the URL `{uri}` names no host")))?;
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    let body = req.body();
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(host.as_bytes());
+    if let Some(port) = uri.port() {
+        out.push(b':');
+        out.extend_from_slice(port.as_str().as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in req.headers() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !body.is_empty() || req.method() == Method::POST {
+        out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    Ok(out)
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+struct Head {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    len: usize,
+}
+
+/// Reads until a final response head is complete (informational ones are skipped). Returns it
+/// and what came after it.
+async fn read_head(io: &mut Io, max: usize) -> Result<(Head, BytesMut), Error> {
+    let mut buf = BytesMut::with_capacity(max);
+    loop {
+        if let Some(head) = parse_head(&buf)? {
+            let rest = buf.split_off(head.len);
+            if head.status.is_informational() {
+                buf = rest;
+                continue;
+            }
+            // What followed the head keeps the head's buffer only until it is read.
+            let rest = if rest.is_empty() {
+                BytesMut::new()
+            } else {
+                rest
+            };
+            return Ok((head, rest));
+        }
+        if buf.len() >= max {
+            return Err(Error::HeadTooLarge(max));
+        }
+        let n = io
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| Error::Exchange(format!("reading the response failed: {e}")))?;
+        if n == 0 {
+            return Err(Error::Exchange(
+                "the backend closed the connection before its response".into(),
+            ));
+        }
+    }
+}
+
+/// Parses a response head at the start of `buf`; `None` while incomplete. (Not async: the
+/// header slots live on the stack only while parsing.)
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, Error> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut slots);
+    let bad = |what: String| Error::Exchange(format!("a malformed response head ({what})"));
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let status = resp
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or_else(|| bad("no valid status".into()))?;
+    let version = match resp.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let mut headers = HeaderMap::with_capacity(resp.headers.len());
+    for h in resp.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| bad(format!("header name `{}`", h.name)))?;
+        let value =
+            HeaderValue::from_bytes(h.value).map_err(|_| bad(format!("value of `{name}`")))?;
+        headers.append(name, value);
+    }
+    Ok(Some(Head {
+        status,
+        version,
+        headers,
+        len,
+    }))
+}
+
+/// How a body ends, and where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// This many bytes are still to come.
+    Length(u64),
+    Chunked(Chunk),
+    /// The connection's end ends the body.
+    Eof,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Size,
+    /// This many bytes of the chunk are still to come.
+    Data(u64),
+    /// The line end after a chunk's data.
+    DataEnd,
+    /// After the last chunk: trailer lines read so far.
+    Trailers(usize),
+}
+
+/// The framing of a response's body, and whether its connection may serve another exchange.
+fn framing(head: &Head) -> Result<(Framing, bool), Error> {
+    let h = &head.headers;
+    let mut reusable =
+        head.version == Version::HTTP_11 && !has_token(h, header::CONNECTION, "close");
+    if head.status == StatusCode::NO_CONTENT || head.status == StatusCode::NOT_MODIFIED {
+        return Ok((Framing::Length(0), reusable));
+    }
+    if h.contains_key(header::TRANSFER_ENCODING) {
+        // Both framings at once is how requests get smuggled: believe the coding, keep nothing.
+        if h.contains_key(header::CONTENT_LENGTH) {
+            reusable = false;
+        }
+        let last = h
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .next_back()
+            .map(|c| c.trim_ascii().to_ascii_lowercase());
+        return Ok(match last.as_deref() {
+            Some(b"chunked") => (Framing::Chunked(Chunk::Size), reusable),
+            _ => (Framing::Eof, false),
+        });
+    }
+    let mut length = None;
+    for v in h.get_all(header::CONTENT_LENGTH) {
+        for part in v.as_bytes().split(|&b| b == b',') {
+            let n = std::str::from_utf8(part.trim_ascii())
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| Error::Exchange("an invalid Content-Length".into()))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Error::Exchange("conflicting Content-Length values".into()));
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(n) => (Framing::Length(n), reusable),
+        None => (Framing::Eof, false),
+    })
+}
+
+fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    h.get_all(name)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// A response body, read from its connection as it is polled. Dropped before its end, it
+/// closes the connection; read to its end, it gives the connection back to its pool.
+pub struct Body {
+    /// None once the body has ended or failed.
+    io: Option<Io>,
+    /// The pool the connection returns to, if it may serve another exchange.
+    home: Option<Arc<Pool>>,
+    /// Received and not yet handed out; empty (and unallocated) while the stream waits.
+    buf: BytesMut,
+    framing: Framing,
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Body")
+            .field("framing", &self.framing)
+            .field("buffered", &self.buf.len())
+            .finish()
+    }
+}
+
+/// What the buffered bytes give next.
+enum Step {
+    Data(Bytes),
+    More,
+    End,
+}
+
+impl Body {
+    /// The next piece the buffered bytes make, decoding the framing.
+    fn step(&mut self) -> io::Result<Step> {
+        loop {
+            match self.framing {
+                Framing::Done | Framing::Length(0) => return Ok(Step::End),
+                Framing::Length(n) => {
+                    return Ok(match self.take(n) {
+                        Some(b) => {
+                            self.framing = Framing::Length(n - b.len() as u64);
+                            Step::Data(b)
+                        }
+                        None => Step::More,
+                    });
+                }
+                Framing::Eof => {
+                    return Ok(self.take(u64::MAX).map_or(Step::More, Step::Data));
+                }
+                Framing::Chunked(Chunk::Size) => {
+                    let Some(line) = self.line()? else {
+                        return Ok(Step::More);
+                    };
+                    let size = chunk_size(&line)?;
+                    self.framing = Framing::Chunked(if size == 0 {
+                        Chunk::Trailers(0)
+                    } else {
+                        Chunk::Data(size)
+                    });
+                }
+                Framing::Chunked(Chunk::Data(0)) => self.framing = Framing::Chunked(Chunk::DataEnd),
+                Framing::Chunked(Chunk::Data(n)) => {
+                    return Ok(match self.take(n) {
+                        Some(b) => {
+                            self.framing = Framing::Chunked(Chunk::Data(n - b.len() as u64));
+                            Step::Data(b)
+                        }
+                        None => Step::More,
+                    });
+                }
+                Framing::Chunked(Chunk::DataEnd) => {
+                    let Some(line) = self.line()? else {
+                        return Ok(Step::More);
+                    };
+                    if !line.is_empty() {
+                        return Err(invalid("a chunk longer than its size"));
+                    }
+                    self.framing = Framing::Chunked(Chunk::Size);
+                }
+                Framing::Chunked(Chunk::Trailers(k)) => {
+                    let Some(line) = self.line()? else {
+                        return Ok(Step::More);
+                    };
+                    if line.is_empty() {
+                        self.framing = Framing::Done;
+                        return Ok(Step::End);
+                    }
+                    if k >= MAX_TRAILERS {
+                        return Err(invalid("too many trailer lines"));
+                    }
+                    self.framing = Framing::Chunked(Chunk::Trailers(k + 1));
+                }
+            }
+        }
+    }
+
+    /// Up to `max` buffered bytes, if any.
+    fn take(&mut self, max: u64) -> Option<Bytes> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let n = usize::try_from(max).map_or(self.buf.len(), |m| m.min(self.buf.len()));
+        let piece = self.buf.split_to(n).freeze();
+        self.release_if_empty();
+        Some(piece)
+    }
+
+    /// The next buffered line without its line end, if a whole one is there.
+    fn line(&mut self) -> io::Result<Option<BytesMut>> {
+        let Some(end) = self.buf.iter().position(|&b| b == b'\n') else {
+            if self.buf.len() > MAX_LINE {
+                return Err(invalid("an over-long chunk line"));
+            }
+            return Ok(None);
+        };
+        if end > MAX_LINE {
+            return Err(invalid("an over-long chunk line"));
+        }
+        let mut line = self.buf.split_to(end + 1);
+        line.truncate(end);
+        if line.last() == Some(&b'\r') {
+            line.truncate(end - 1);
+        }
+        self.release_if_empty();
+        Ok(Some(line))
+    }
+
+    /// An empty buffer lets go of its allocation, which what was handed out may still share.
+    fn release_if_empty(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+        }
+    }
+
+    /// The body ended: the connection goes back to its pool if it may.
+    fn finish(&mut self) {
+        self.framing = Framing::Done;
+        let io = self.io.take();
+        if let (Some(io), Some(home)) = (io, self.home.take())
+            && self.buf.is_empty()
+        {
+            home.put(io);
+        }
+        self.buf = BytesMut::new();
+    }
+
+    /// The body failed: the connection is closed.
+    fn fail(&mut self) {
+        self.framing = Framing::Done;
+        self.io = None;
+        self.home = None;
+        self.buf = BytesMut::new();
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{what} in a chunked body"),
+    )
+}
+
+/// A chunk-size line: hex digits, then optional extensions after `;`, which are ignored.
+fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let digits = line
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Err(invalid("an invalid chunk size"));
+    }
+    let text = std::str::from_utf8(digits).map_err(|_| invalid("an invalid chunk size"))?;
+    u64::from_str_radix(text, 16).map_err(|_| invalid("an invalid chunk size"))
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        loop {
+            match this.step() {
+                Ok(Step::Data(b)) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+                Ok(Step::End) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Step::More) => {}
+                Err(e) => {
+                    this.fail();
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+            let Some(io) = this.io.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let mut chunk = [0u8; READ_CHUNK];
+            let mut read = ReadBuf::new(&mut chunk);
+            match ready!(Pin::new(&mut **io).poll_read(cx, &mut read)) {
+                Ok(()) if read.filled().is_empty() => {
+                    if this.framing == Framing::Eof {
+                        this.fail();
+                        return Poll::Ready(None);
+                    }
+                    this.fail();
+                    return Poll::Ready(Some(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the backend closed the connection in the middle of a response body",
+                    ))));
+                }
+                Ok(()) => this.buf.extend_from_slice(read.filled()),
+                Err(e) => {
+                    this.fail();
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.framing, Framing::Done | Framing::Length(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.framing {
+            Framing::Length(n) => SizeHint::with_exact(n),
+            Framing::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// Idle connections of one shard, the most recently used on top.
+struct Pool {
+    idle: Mutex<Vec<Idle>>,
+    max: usize,
+}
+
+struct Idle {
+    io: Io,
+    since: Instant,
+}
+
+impl Pool {
+    /// The most recently used idle connection the backend has not closed.
+    fn take(&self) -> Option<Io> {
+        let mut idle = self.idle.lock().expect("pool lock");
+        while let Some(Idle { mut io, since }) = idle.pop() {
+            if since.elapsed() >= IDLE_TIMEOUT {
+                // The ones below waited longer still.
+                idle.clear();
+                return None;
+            }
+            if still_open(&mut io) {
+                return Some(io);
+            }
+        }
+        None
+    }
+
+    fn put(&self, io: Io) {
+        let mut idle = self.idle.lock().expect("pool lock");
+        if idle.len() < self.max {
+            idle.push(Idle {
+                io,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+/// Whether an idle connection is still open: nothing to read, not even its end. (Anything
+/// readable on an idle connection is a close, or a backend out of step: either way unusable.)
+fn still_open(io: &mut Io) -> bool {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut byte = [0u8; 1];
+    let mut read = ReadBuf::new(&mut byte);
+    Pin::new(io).poll_read(&mut cx, &mut read).is_pending()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::net::TcpListener;
+
+    fn client() -> Client {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Client::new(connector, 4, 1024)
+    }
+
+    /// A backend that answers each connection's requests with `answers`, in order, written in
+    /// pieces of `piece` bytes; it reports each request it read.
+    async fn backend(
+        answers: Vec<&'static [u8]>,
+        piece: usize,
+    ) -> (Uri, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let answers = answers.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    for answer in answers {
+                        let mut req = Vec::new();
+                        let mut byte = [0u8; 1];
+                        // Head, then the body its Content-Length announces.
+                        while !req.ends_with(b"\r\n\r\n") {
+                            if s.read(&mut byte).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            req.push(byte[0]);
+                        }
+                        let text = String::from_utf8(req).unwrap();
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .map_or(0, |n| n.parse::<usize>().unwrap());
+                        let mut body = vec![0u8; len];
+                        s.read_exact(&mut body).await.unwrap();
+                        tx.send(text + std::str::from_utf8(&body).unwrap()).unwrap();
+                        for p in answer.chunks(piece) {
+                            s.write_all(p).await.unwrap();
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}/mcp?x=1").parse().unwrap(), rx)
+    }
+
+    fn post(uri: &Uri, body: &'static str) -> http::Request<Bytes> {
+        let mut req = http::Request::new(Bytes::from_static(body.as_bytes()));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = uri.clone();
+        req.headers_mut()
+            .insert("accept", HeaderValue::from_static("text/event-stream"));
+        req
+    }
+
+    async fn text(resp: http::Response<Body>) -> Result<String, io::Error> {
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        Ok(String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn chunked_and_sized_bodies_arrive_whole_and_the_connection_is_kept() {
+        let chunked: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nx-trailer: t\r\n\r\n";
+        let sized: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n{ }\n";
+        for piece in [1, 7, 4096] {
+            let (uri, mut seen) = backend(vec![chunked, sized], piece).await;
+            let c = client();
+            let resp = c.send(post(&uri, "{\"a\":1}")).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            assert_eq!(resp.headers()["content-type"], "text/event-stream");
+            assert_eq!(text(resp).await.unwrap(), "hello, world");
+            let req = seen.recv().await.unwrap();
+            assert!(
+                req.starts_with("POST /mcp?x=1 HTTP/1.1\r\nhost: 127.0.0.1:"),
+                "{req}"
+            );
+            assert!(req.contains("accept: text/event-stream\r\n"), "{req}");
+            assert!(req.ends_with("content-length: 7\r\n\r\n{\"a\":1}"), "{req}");
+            // The second exchange goes on the same connection: the backend serves both there.
+            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            assert_eq!(text(resp).await.unwrap(), "{ }\n");
+            assert!(seen.recv().await.is_some());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_until_close_ends_with_the_connection_and_is_not_kept() {
+        let (uri, _seen) = backend(vec![b"HTTP/1.1 200 OK\r\n\r\nall of it"], 3).await;
+        let c = client();
+        let resp = c.send(post(&uri, "{}")).await.unwrap();
+        let body = tokio::time::timeout(Duration::from_secs(5), async {
+            // The backend's task ends after its one answer, closing the connection.
+            text(resp).await
+        });
+        assert_eq!(body.await.unwrap().unwrap(), "all of it");
+        assert!(
+            c.shared
+                .pools
+                .iter()
+                .all(|p| p.idle.lock().unwrap().is_empty())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_closed_kept_connection_is_replaced_before_use() {
+        // Each connection answers once, then the backend closes it.
+        let sized: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (uri, _seen) = backend(vec![sized], 4096).await;
+        let c = client();
+        for _ in 0..3 {
+            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            assert_eq!(text(resp).await.unwrap(), "ok");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_responses_fail_with_a_reason() {
+        let cases: [(&'static [u8], &str); 6] = [
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+                "invalid chunk size",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabc\r\n",
+                "longer than its size",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc",
+                "middle of a response body",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1, 2\r\n\r\nabc",
+                "conflicting Content-Length",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+                "invalid Content-Length",
+            ),
+            (b"HTTP/1.1 2000 OK\r\n\r\n", "malformed response head"),
+        ];
+        for (answer, why) in cases {
+            let (uri, _seen) = backend(vec![answer], 4096).await;
+            let outcome = match client().send(post(&uri, "{}")).await {
+                Ok(resp) => text(resp).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let err = outcome.expect_err(why);
+            assert!(err.contains(why), "{err} should say {why}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_over_the_limit_is_refused() {
+        let mut long = b"HTTP/1.1 200 OK\r\nx-pad: ".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 2000));
+        long.extend_from_slice(b"\r\ncontent-length: 0\r\n\r\n");
+        let (uri, _seen) = backend(vec![long.leak()], 4096).await;
+        assert_eq!(
+            client().send(post(&uri, "{}")).await.unwrap_err(),
+            Error::HeadTooLarge(1024)
+        );
+    }
+
+    #[tokio::test]
+    async fn no_listener_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        assert!(matches!(
+            client().send(post(&uri, "{}")).await,
+            Err(Error::Connect(_))
+        ));
+    }
+
+    #[test]
+    fn chunk_sizes_are_hex_with_optional_extensions() {
+        assert_eq!(chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(chunk_size(b"A ; name=value").unwrap(), 10);
+        assert_eq!(chunk_size(b"0").unwrap(), 0);
+        for bad in [&b""[..], b"g", b"-1", b"1 2", b"1234567890abcdef0"] {
+            assert!(chunk_size(bad).is_err(), "{bad:?}");
+        }
+    }
+}
