@@ -152,7 +152,9 @@ impl Link {
         let req = req
             .body(body)
             .map_err(|e| Failure::Other(format!("cannot build a request: {e}")))?;
-        match tokio::time::timeout(self.timeout, self.client.send(req)).await {
+        // Boxed: a request's task keeps the room of its largest phase for as long as it lives,
+        // and a parked call's lives until the retry.
+        match tokio::time::timeout(self.timeout, Box::pin(self.client.send(req))).await {
             Err(_) => Err(Failure::Timeout),
             Ok(Err(h1::Error::Connect(e))) => Err(Failure::Connect(e)),
             Ok(Err(e @ h1::Error::HeadTooLarge(_))) => Err(Failure::Other(e.to_string())),
