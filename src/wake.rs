@@ -8,9 +8,8 @@
 //! [`Inline`] polls such a future again at once, in the same poll, a few times at most; a
 //! wake-up that comes from elsewhere, or while it is not being polled, goes to the task's own
 //! waker as before. The gateway runs its client connections this way. Other tasks stay plain:
-//! the work of each request and hyper's upstream connections hand what they produce to another
-//! task (the reply to the client's connection, the backend's answer to the request's work),
-//! and the task they wake should run next, not after they have polled themselves again.
+//! the work of each request hands what it produces to another task (the reply to the client's
+//! connection), and the task it wakes should run next, not after it has polled itself again.
 
 use futures_util::task::AtomicWaker;
 use std::future::Future;

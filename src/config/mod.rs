@@ -233,8 +233,9 @@ pub struct Http {
     pub headers: http::HeaderMap,
     pub authorization: Authorization,
     pub connect_timeout: Duration,
-    /// Each upstream connection's read buffer, fixed at this size: a response head must fit
-    /// in it, and every connection (a parked call's open stream among them) keeps one.
+    /// The longest response head (status line and headers) accepted from the backend. The
+    /// head is read into a buffer of this size, let go once the head and what came with it
+    /// have been read.
     pub max_response_head_bytes: usize,
     /// Streamable HTTP: keep a GET stream open per session for pushes unrelated to a POST.
     pub standalone_stream: bool,
@@ -1007,7 +1008,7 @@ fn positive(field: &str, value: Option<usize>, default: usize) -> Result<usize, 
 }
 
 /// `max_response_head_bytes` unless configured: room for the response heads of common servers
-/// and proxies, and small, since a parked call holding its stream keeps one buffer this size.
+/// and proxies.
 pub const DEFAULT_RESPONSE_HEAD: usize = 4096;
 
 /// Most worker threads a config may ask for.

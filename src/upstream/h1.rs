@@ -747,6 +747,36 @@ mod tests {
         );
     }
 
+    fn idle(c: &Client) -> usize {
+        c.shared
+            .pools
+            .iter()
+            .map(|p| p.idle.lock().unwrap().len())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn only_a_whole_unambiguous_keep_alive_response_gives_its_connection_back() {
+        let kept: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let not_kept: [&'static [u8]; 3] = [
+            b"HTTP/1.1 200 OK\r\nconnection: keep-alive, Close\r\ncontent-length: 2\r\n\r\nok",
+            b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 2\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        ];
+        for answer in not_kept {
+            let (uri, _seen) = backend(vec![answer], 4096).await;
+            let c = client();
+            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            assert_eq!(text(resp).await.unwrap(), "ok");
+            assert_eq!(idle(&c), 0, "{}", String::from_utf8_lossy(answer));
+        }
+        let (uri, _seen) = backend(vec![kept], 4096).await;
+        let c = client();
+        let resp = c.send(post(&uri, "{}")).await.unwrap();
+        assert_eq!(text(resp).await.unwrap(), "ok");
+        assert_eq!(idle(&c), 1);
+    }
+
     #[tokio::test]
     async fn a_closed_kept_connection_is_replaced_before_use() {
         // Each connection answers once, then the backend closes it.

@@ -599,9 +599,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
     if method == "initialize"
         && let Some(sid) = resp.headers().get("mcp-session-id")
     {
-        // Copied: the header shares the connection's read buffer, which a session that lasts
-        // (a parked call's) would otherwise keep alive.
-        ids.lock().expect("ids lock").session = HeaderValue::from_bytes(sid.as_bytes()).ok();
+        ids.lock().expect("ids lock").session = Some(sid.clone());
     }
     let status = resp.status();
     if status == StatusCode::NOT_FOUND && known_session {
