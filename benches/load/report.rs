@@ -479,8 +479,10 @@ refused (-32000); RSS is read again after them.\n",
 runnable but waiting for one; the backend spent {} per call (directly: {}). On a Streamable HTTP \
 backend the call's own task POSTs the request and reads the answer (no session task on the way), \
 so the gateway's part is: read and check the client's request (`jsonrpc::parse` is {} for a \
-small body), one HTTP exchange with the backend over a pooled keep-alive connection (hyper's \
-client runs that connection in a task of its own: one hand-over each way), and write the reply. \
+small body), one HTTP exchange with the backend over a pooled keep-alive connection, which the \
+call's task writes and reads itself (the gateway's own HTTP/1.1 client, `src/upstream/h1.rs`; \
+hyper's client, used before, ran each connection as a task of its own, one more hand-over each \
+way), and write the reply. \
 All of it happens on one thread: the gateway serves client connections on shards \
 (`src/shard.rs`), one single-threaded runtime per worker thread, and a connection stays on its \
 shard with its requests' work and the upstream connections they use (each shard keeps its own \
@@ -502,13 +504,13 @@ it runs (the halves of a hyper connection hand the request, its body and the rep
 that way) is polled again at once instead of going back through the runtime's queue; on the \
 work-stealing runtime, in nine alternating pairs, that took the gateway's CPU per pass-through \
 call from a median of 164 µs to 144 µs and what it adds at p50 from 221 µs to 185 µs. Each \
-request's work and the upstream connections are plain tasks (see (b)). Running each request's \
+request's work is a plain task (see (b)). Running each request's \
 work in the task of its client's connection until its first reply moved neither that figure nor \
 the CPU per call beyond the noise in four alternating rounds, and was not kept. \
 A `perf` profile of the gateway at 2,000 req/s puts a little under half of its CPU (44%) in the kernel: context \
 switches and wake-ups first (a shard that has gone to sleep is woken when a request arrives from \
 the client and again when the backend answers), then loopback TCP; the rest is spread thin \
-over hyper's server and client, `serde_json` and the gateway's own code, with \
+over hyper's server, `serde_json` and the gateway's own code, with \
 `malloc`, `free` and `memmove` on top at about 14% of the gateway's samples. A pass-through call \
 makes 157 heap allocations in the gateway (`heaptrack`, 1,100 sequential calls), most of them \
 the `serde_json` trees of the request and of the backend's answer; moving results and params \
@@ -523,7 +525,9 @@ call's answer stream in place when it has already ended, instead of in a task of
 a timer, to 145.0k; building the params sent upstream for each attempt to send them instead \
 of copying them for it, to 144.1k. In two alternating pairs of short runs, before and after \
 the first three of these, the CPU per call went from 106 and 116 µs to 106 and 105 µs, within \
-the noise of such runs. \
+the noise of such runs. Measured again later at 144.9k, it went to 141.1k by giving a routing \
+channel only to calls their session can route to, and to 121.3k with the gateway's own HTTP/1.1 \
+client in place of hyper's (no connection task to hand the request and the answer to). \
 {} The added latency is those two extra wake-ups on a virtual machine plus the gateway's CPU \
 time, plus waiting for a CPU: the client, the gateway (two shards) and the backend share \
 two CPUs with other work (load average above). The p99 is that wait at its worst.{}",
@@ -611,8 +615,8 @@ extra process on the path, before any work.",
         s,
         "- (b) {inside}{holds}: reading and checking the retry, opening the state \
 ({open}), handing the answers to the parked call's task, which checks them and POSTs them \
-upstream itself over a pooled keep-alive connection (hyper's client writes from the \
-connection's own task: one more hand-over), then, when the result arrives on the call's \
+upstream itself over a pooled keep-alive connection (writing and reading it in its own task), \
+then, when the result arrives on the call's \
 still-open POST stream, handing the reply back to the client's connection. The JSON work is a \
 few microseconds (one whole round of translate, seal, build and serialize is {round_cpu}); the \
 rest is hand-overs between tasks, waking the shard's thread where it has gone to sleep on this \
@@ -630,8 +634,8 @@ tasks for the connections and for each request's work shortened the stretch from
 retry to writing the answer upstream (median 125 µs against 138 µs) and lengthened the one from \
 the tool's result to the reply (97 µs against 63 µs): a task that polls itself again goes before \
 the task it has just woken, which is the next step of the reply. So each request's work, which \
-hands the reply to the client's connection, and hyper's upstream connections, which hand the \
-backend's answer to the request's work, are plain tasks again. In alternating rounds of short \
+hands the reply to the client's connection, and hyper's upstream connections (the gateway's \
+client then), which handed the backend's answer to the request's work, were plain tasks again. In alternating rounds of short \
 runs (`--duration 6 --slices 3 --rounds 300 --park 200`), a plain task for each request's work \
 took the reply half from a median of 100 µs to 78 µs against the build with all three \
 `Inline` (shorter in all seven rounds), and the round from 228 µs to 207 µs; plain upstream \
@@ -676,17 +680,21 @@ free, up to `pool_max`, rather than letting them share the one being started).",
 the session task and its routing state, the Streamable HTTP transport, the call's task with its \
 channels, the park entry and, unless the backend numbers its events, the call's still-open POST \
 event stream and its connection. Holding the stream, the gateway held {:.1} KiB per call at {} \
-parked, against 16 KiB: missed. The largest part is the connection: a hyper client connection \
-holding an open streamed response costs about 22 KiB of resident memory by itself (the conn_cost \
-figure under \"Memory detail\", which also counts its small test server; `heaptrack` shows \
-where): its request queue allocates room for 32 requests up front (about 9 KiB), its header \
-write buffer is 8 KiB, the read buffer is fixed at 4 KiB here, plus the connection's task. \
-Measured the same way with 2,000 connections each (a one-off program, not shipped): a bare \
-TCP connection with the test server's side cost 2.3 KiB; hyper's own HTTP/1 connection \
-(`client::conn::http1`, no pool) 21.6 KiB with the 4 KiB read buffer and 15.4 KiB with the \
-smallest the gateway allows (1 KiB); the gateway's pooled client 23.2 KiB. So no setting of \
-hyper's leaves room for the rest of a parked call within 16 KiB while it holds its stream. A \
-parked call needs that connection while the backend may send the tool's result only on it. \
+parked, against 16 KiB: {}. The connection is the gateway's own HTTP/1.1 client's \
+(`src/upstream/h1.rs`): the call's task reads its answer stream itself, into a buffer on the \
+stack, so a stream that waits keeps its socket, its framing state and the SSE decoder's state. \
+The conn_cost figure under \"Memory detail\" is one such connection, counted with its test \
+server's side and with the 4 KiB buffer its response head was read into (that program reads no \
+further; a parked call's stream lets the buffer go once the bytes that came with the head are \
+read). With hyper's pooled client, which the gateway used before, that connection cost about \
+22 KiB by itself (its request queue allocates room for 32 requests up front, about 9 KiB; its \
+header write buffer is 8 KiB; its read buffer was fixed at 4 KiB; plus the connection's task), \
+and a parked call holding its stream 31.6 KiB at 10,000 parked; no setting of hyper's brought \
+it within 16 KiB (hyper's own `client::conn::http1` with a 1 KiB read buffer still cost 15.4 \
+KiB per connection, measured with 2,000 of them in a one-off program). In short runs at 10,000 \
+parked, the gateway's own client took it to 15.2 KiB, and boxing the exchange (connect, write, \
+read the head), which a call's request task otherwise keeps room for while the call is parked, \
+to 13.4 KiB (`heaptrack` of 1,000 parked calls showed the request task at 3.4 KiB). \
 When the backend numbers its events (SSE `id:`, so the stream can be resumed), the gateway lets \
 the stream go as it parks the call and picks it up with `Last-Event-ID` on the retry: {} \
 (second table), against the same 16 KiB. What is left, by `heaptrack` of 1,000 parked calls \
@@ -700,7 +708,7 @@ messages of the call's channels and fixing the upstream read buffer at 4 KiB (71
 KiB); copying the backend's session id out of the connection's read buffer (the header shared \
 it, keeping 4 KiB alive per session) and dropping a round's reply channel once it is answered \
 (about 7 KiB); one shared copy of the `initialize` result for a backend's sessions (about 2 \
-KiB); letting a numbered stream go while parked (its connection, about 22 KiB); and keeping the \
+KiB); letting a numbered stream go while parked (its hyper connection then, about 22 KiB); and keeping the \
 call's task once instead of twice in its future, the pending input requests and the client's \
 params as JSON text instead of `serde_json` values, and spawning a request's phase as the task \
 itself instead of inside two wrappers that each kept a copy of the request (about 8 KiB); \
@@ -719,6 +727,11 @@ Without `--no-standalone-stream` each session also keeps its standalone GET stre
 second connection per parked call.",
                 m.per_call_kib,
                 m.parked,
+                if m.per_call_kib <= 16.0 {
+                    "met"
+                } else {
+                    "missed"
+                },
                 r.memory_released.last().map_or_else(
                     || "not measured in this run".to_owned(),
                     |l| format!("{:.1} KiB per call at {} parked", l.per_call_kib, l.parked)
