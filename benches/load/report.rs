@@ -432,7 +432,7 @@ state, writing the answer upstream, the backend finishing the tool, and the repl
 `ask_form`, receive the `elicitation/create` push, time from writing the answer to reading the \
 tool's result: the backend's own time for a pushed request's answer. \"Added\" is the \
 difference of the two percentiles. Then {rounds} more rounds through the gateway while `perf` \
-traces its `recvfrom` and `writev` calls (`benches/load/split.rs`; needs `perf` and permission to \
+traces its `recvfrom`, `writev` and `sendto` calls (`benches/load/split.rs`; needs `perf` and permission to \
 trace): per retry, from reading it off the client's connection to writing the answer upstream, \
 plus from reading the tool's result to writing the reply: the gateway's own part of the round, \
 as the issue defines it (retry received to reply written, beyond the backend's own time, which \
@@ -620,7 +620,7 @@ then, when the result arrives on the call's \
 still-open POST stream, handing the reply back to the client's connection. The JSON work is a \
 few microseconds (one whole round of translate, seal, build and serialize is {round_cpu}); the \
 rest is hand-overs between tasks, waking the shard's thread where it has gone to sleep on this \
-virtual machine, and the system calls themselves (on loopback, a `writev` delivers to the peer's socket and wakes the \
+virtual machine, and the system calls themselves (on loopback, a write delivers to the peer's socket and wakes the \
 peer in the writer's time). End to end the client sees {} more than the direct client at p50: \
 that also counts the client's own HTTP exchange with the gateway, two more wake-ups of a \
 process.{relay} The gateway's CPU per MRTR call (both requests) was {}, and its threads waited \

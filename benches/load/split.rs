@@ -1,7 +1,8 @@
 //! (b) as the gateway itself sees it: from reading a retry off the client's connection to writing
 //! the reply on it, split at the backend's part (from writing the answer upstream to reading the
 //! tool's result). Read from the gateway's own system calls with `perf` tracepoints
-//! (`recvfrom` and `writev`), so nothing in the gateway is changed to measure it; the rounds are
+//! (`recvfrom`, and `writev` and `sendto`: hyper's server writes a reply with the first, the
+//! gateway's upstream client a request with the second), so nothing in the gateway is changed to measure it; the rounds are
 //! extra ones, after the timed (b), since tracing adds its own small cost to every call.
 //!
 //! Needs `perf` and permission to trace the gateway (root, or `perf_event_paranoid` ≤ 1);
@@ -47,6 +48,7 @@ pub async fn measure<F: Future<Output = anyhow::Result<()>>>(
         .args(["-e", "syscalls:sys_enter_recvfrom"])
         .args(["-e", "syscalls:sys_exit_recvfrom"])
         .args(["-e", "syscalls:sys_enter_writev"])
+        .args(["-e", "syscalls:sys_enter_sendto"])
         .arg("-p")
         .arg(pid.to_string())
         .arg("-o")
@@ -131,7 +133,7 @@ fn events(script: &str) -> Vec<(f64, Io)> {
                     out.push((time, Io::Read { fd, n }));
                 }
             }
-            "syscalls:sys_enter_writev" => {
+            "syscalls:sys_enter_writev" | "syscalls:sys_enter_sendto" => {
                 if let Some(fd) = fd() {
                     out.push((time, Io::Write { fd }));
                 }
