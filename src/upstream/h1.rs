@@ -123,12 +123,17 @@ impl Client {
         };
         let (head, rest) = read_head(&mut io, self.shared.max_head).await?;
         let (framing, reusable) = framing(&head)?;
-        let body = Body {
+        let mut body = Body {
             io: Some(io),
             home: reusable.then(|| pool.clone()),
             buf: rest,
             framing,
         };
+        if framing == Framing::Length(0) {
+            // Nothing to read (a 202 to an answer, say): the connection is free at once, even
+            // if the caller never looks at the body.
+            body.finish();
+        }
         let mut resp = http::Response::new(body);
         *resp.status_mut() = head.status;
         *resp.version_mut() = head.version;
@@ -775,6 +780,20 @@ mod tests {
         let resp = c.send(post(&uri, "{}")).await.unwrap();
         assert_eq!(text(resp).await.unwrap(), "ok");
         assert_eq!(idle(&c), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_gives_its_connection_back_unread() {
+        let accepted: &[u8] = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+        let (uri, mut seen) = backend(vec![accepted, accepted], 4096).await;
+        let c = client();
+        for _ in 0..2 {
+            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+            drop(resp);
+            assert_eq!(idle(&c), 1);
+            assert!(seen.recv().await.is_some());
+        }
     }
 
     #[tokio::test]
