@@ -234,8 +234,8 @@ pub struct Http {
     pub authorization: Authorization,
     pub connect_timeout: Duration,
     /// The longest response head (status line and headers) accepted from the backend. The
-    /// head is read into a buffer of this size, let go once the head and what came with it
-    /// have been read.
+    /// head's buffer holds what has arrived, no more, and is let go once the head and what
+    /// came with it have been read.
     pub max_response_head_bytes: usize,
     /// Streamable HTTP: keep a GET stream open per session for pushes unrelated to a POST.
     pub standalone_stream: bool,

@@ -20,11 +20,12 @@ use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tower_service::Service;
 
 /// One connection to a backend, plain or TLS. Boxed as a trait object so that a plain one
@@ -40,7 +41,7 @@ const MAX_HEADERS: usize = 100;
 const MAX_LINE: usize = 4096;
 /// Most trailer lines after the last chunk.
 const MAX_TRAILERS: usize = 100;
-/// How much one read of a body takes (into the stack; only what arrived is kept).
+/// How much one read takes (into the stack; only what arrived is kept).
 const READ_CHUNK: usize = 8192;
 /// How long an idle connection stays in the pool.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -213,9 +214,12 @@ struct Head {
 /// Reads until a final response head is complete (informational ones are skipped). Returns it
 /// and what came after it.
 async fn read_head(io: &mut Io, max: usize) -> Result<(Head, BytesMut), Error> {
-    let mut buf = BytesMut::with_capacity(max);
+    let mut buf = BytesMut::new();
     loop {
         if let Some(head) = parse_head(&buf)? {
+            if head.len > max {
+                return Err(Error::HeadTooLarge(max));
+            }
             let rest = buf.split_off(head.len);
             if head.status.is_informational() {
                 buf = rest;
@@ -232,8 +236,7 @@ async fn read_head(io: &mut Io, max: usize) -> Result<(Head, BytesMut), Error> {
         if buf.len() >= max {
             return Err(Error::HeadTooLarge(max));
         }
-        let n = io
-            .read_buf(&mut buf)
+        let n = std::future::poll_fn(|cx| read_into(io, cx, &mut buf))
             .await
             .map_err(|e| Error::Exchange(format!("reading the response failed: {e}")))?;
         if n == 0 {
@@ -242,6 +245,17 @@ async fn read_head(io: &mut Io, max: usize) -> Result<(Head, BytesMut), Error> {
             ));
         }
     }
+}
+
+/// Reads what has arrived (at most [`READ_CHUNK`] bytes) onto the end of `buf`; 0 at the end
+/// of the stream. The read goes into the stack, so `buf` grows by what arrived only, and no
+/// buffer is zeroed for it.
+fn read_into(io: &mut Io, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+    let mut chunk = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+    let mut read = ReadBuf::uninit(&mut chunk);
+    ready!(Pin::new(&mut **io).poll_read(cx, &mut read))?;
+    buf.extend_from_slice(read.filled());
+    Poll::Ready(Ok(read.filled().len()))
 }
 
 /// Parses a response head at the start of `buf`; `None` while incomplete. (Not async: the
@@ -550,10 +564,8 @@ impl http_body::Body for Body {
             let Some(io) = this.io.as_mut() else {
                 return Poll::Ready(None);
             };
-            let mut chunk = [0u8; READ_CHUNK];
-            let mut read = ReadBuf::new(&mut chunk);
-            match ready!(Pin::new(&mut **io).poll_read(cx, &mut read)) {
-                Ok(()) if read.filled().is_empty() => {
+            match ready!(read_into(io, cx, &mut this.buf)) {
+                Ok(0) => {
                     if this.framing == Framing::Eof {
                         this.fail();
                         return Poll::Ready(None);
@@ -564,7 +576,7 @@ impl http_body::Body for Body {
                         "the backend closed the connection in the middle of a response body",
                     ))));
                 }
-                Ok(()) => this.buf.extend_from_slice(read.filled()),
+                Ok(_) => {}
                 Err(e) => {
                     this.fail();
                     return Poll::Ready(Some(Err(e)));
@@ -638,6 +650,7 @@ fn still_open(io: &mut Io) -> bool {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
     fn client() -> Client {
@@ -850,11 +863,15 @@ mod tests {
         let mut long = b"HTTP/1.1 200 OK\r\nx-pad: ".to_vec();
         long.extend(std::iter::repeat_n(b'a', 2000));
         long.extend_from_slice(b"\r\ncontent-length: 0\r\n\r\n");
-        let (uri, _seen) = backend(vec![long.leak()], 4096).await;
-        assert_eq!(
-            client().send(post(&uri, "{}")).await.unwrap_err(),
-            Error::HeadTooLarge(1024)
-        );
+        let long: &'static [u8] = long.leak();
+        // Whole in one read, or a byte at a time until the limit is reached.
+        for piece in [4096, 1] {
+            let (uri, _seen) = backend(vec![long], piece).await;
+            assert_eq!(
+                client().send(post(&uri, "{}")).await.unwrap_err(),
+                Error::HeadTooLarge(1024)
+            );
+        }
     }
 
     #[tokio::test]
