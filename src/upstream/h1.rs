@@ -60,6 +60,20 @@ pub enum Error {
     Exchange(String),
 }
 
+/// How the gateway connects to a backend: TCP within `timeout` and without Nagle's delay, then
+/// TLS with the bundled Mozilla roots for `https` URLs.
+pub fn connector(timeout: Duration) -> HttpsConnector<HttpConnector> {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http)
+}
+
 /// The client of one backend. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -654,14 +668,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     fn client() -> Client {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        Client::new(connector, 4, 1024)
+        Client::new(connector(Duration::from_secs(5)), 4, 1024)
     }
 
     /// A backend that answers each connection's requests with `answers`, in order, written in

@@ -21,7 +21,6 @@ use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,17 +48,12 @@ const SNIPPET: usize = 160;
 /// Builds the client for one backend: keep-alive pools of at most `pool_max` idle connections,
 /// connect timeout, TLS with the bundled Mozilla roots for `https` URLs.
 pub fn client(cfg: &Config, pool_max: usize) -> Client {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(cfg.connect_timeout));
-    http.set_nodelay(true);
-    http.enforce_http(false);
     // One TLS configuration (and root store) for all the pools.
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Client::new(connector, pool_max, cfg.max_response_head_bytes)
+    Client::new(
+        h1::connector(cfg.connect_timeout),
+        pool_max,
+        cfg.max_response_head_bytes,
+    )
 }
 
 /// What the HTTP transports share with the tasks they spawn.
