@@ -702,9 +702,10 @@ parked, against 16 KiB: {}. The connection is the gateway's own HTTP/1.1 client'
 (`src/upstream/h1.rs`): the call's task reads its answer stream itself, into a buffer on the \
 stack, so a stream that waits keeps its socket, its framing state and the SSE decoder's state. \
 The conn_cost figure under \"Memory detail\" is one such connection, counted with its test \
-server's side and with the 4 KiB buffer its response head was read into (that program reads no \
-further; a parked call's stream lets the buffer go once the bytes that came with the head are \
-read). With hyper's pooled client, which the gateway used before, that connection cost about \
+server's side and with the buffer its response head was read into, which holds what arrived \
+with the head (that program reads no further; a parked call's stream lets the buffer go once \
+those bytes are read; it measured 6.7 KiB while that buffer was the whole 4 KiB head limit). \
+With hyper's pooled client, which the gateway used before, that connection cost about \
 22 KiB by itself (its request queue allocates room for 32 requests up front, about 9 KiB; its \
 header write buffer is 8 KiB; its read buffer was fixed at 4 KiB; plus the connection's task), \
 and a parked call holding its stream 31.6 KiB at 10,000 parked; no setting of hyper's brought \
