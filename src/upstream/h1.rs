@@ -138,17 +138,12 @@ impl Client {
         };
         let (head, rest) = read_head(&mut io, self.shared.max_head).await?;
         let (framing, reusable) = framing(&head)?;
-        let mut body = Body {
+        let body = Body {
             io: Some(io),
             home: reusable.then(|| pool.clone()),
             buf: rest,
             framing,
         };
-        if framing == Framing::Length(0) {
-            // Nothing to read (a 202 to an answer, say): the connection is free at once, even
-            // if the caller never looks at the body.
-            body.finish();
-        }
         let mut resp = http::Response::new(body);
         *resp.status_mut() = head.status;
         *resp.version_mut() = head.version;
@@ -380,8 +375,8 @@ fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
-/// A response body, read from its connection as it is polled. Dropped before its end, it
-/// closes the connection; read to its end, it gives the connection back to its pool.
+/// A response body, read from its connection as it is polled. Dropped with more to come, it
+/// closes the connection; once nothing is left to come, it gives the connection back to its pool.
 pub struct Body {
     /// None once the body has ended or failed.
     io: Option<Io>,
@@ -551,6 +546,16 @@ fn chunk_size(line: &[u8]) -> io::Result<u64> {
     }
     let text = std::str::from_utf8(digits).map_err(|_| invalid("an invalid chunk size"))?;
     u64::from_str_radix(text, 16).map_err(|_| invalid("an invalid chunk size"))
+}
+
+impl Drop for Body {
+    /// A body with nothing left to come gives its connection back even if the caller never
+    /// polled it to its end (a 202 to an answer is dropped unread); any other is closed.
+    fn drop(&mut self) {
+        if http_body::Body::is_end_stream(self) {
+            self.finish();
+        }
+    }
 }
 
 impl http_body::Body for Body {
