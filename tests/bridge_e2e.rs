@@ -159,7 +159,7 @@ async fn all_three_kinds_in_one_call_take_three_rounds() {
 
 #[tokio::test]
 async fn two_pushes_close_together_are_one_round() {
-    let gw = Gateway::start().await;
+    let gw = Gateway::with(Options::one_round_for_a_pair()).await;
     let c = gw.client();
     let caps = caps_all();
     let r1 = c.call_tool("pair", json!({}), &caps).await;
@@ -183,7 +183,7 @@ async fn two_pushes_close_together_are_one_round() {
 
 #[tokio::test]
 async fn missing_input_is_asked_again() {
-    let gw = Gateway::start().await;
+    let gw = Gateway::with(Options::one_round_for_a_pair()).await;
     let c = gw.client();
     let caps = caps_all();
     let r1 = c.call_tool("pair", json!({}), &caps).await;
@@ -898,7 +898,7 @@ async fn wait_slow_call_cancelled(gw: &Gateway) {
 
 #[tokio::test]
 async fn a_retry_that_no_longer_declares_a_capability_is_not_asked_for_it() {
-    let gw = Gateway::start().await;
+    let gw = Gateway::with(Options::one_round_for_a_pair()).await;
     let c = gw.client();
     let r1 = c.call_tool("pair", json!({}), &caps_all()).await;
     let ke = r1.key_for("elicitation/create");

@@ -53,6 +53,18 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// For calls whose backend sends two requests back to back (`pair`) and expects them in one
+    /// round: a coalescing window wide enough that a backend child starved of a CPU by the
+    /// tests running beside it still gets its second request in (the default is 10 ms).
+    pub fn one_round_for_a_pair() -> Options {
+        Options {
+            extra: "[state]\ncoalesce_window = \"250ms\"\n".into(),
+            ..Default::default()
+        }
+    }
+}
+
 impl Gateway {
     pub async fn start() -> Gateway {
         Gateway::with(Options::default()).await
