@@ -260,12 +260,15 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// Logs to stderr; `RUST_LOG` wins over the configured level.
+/// Logs to stderr; `RUST_LOG` wins over the configured level. Text logs are coloured only on a
+/// terminal: a file or a log collector gets plain lines.
 pub fn init_tracing(format: LogFormat, level: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),

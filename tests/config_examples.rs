@@ -455,6 +455,30 @@ fn rust_log_overrides_the_configured_level() {
 }
 
 #[test]
+fn text_logs_to_a_file_are_plain() {
+    let log_path = std::env::temp_dir().join(format!("mrtr-plain-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (mut child, addr, path) = serve_logging_to(
+        "plain-logs",
+        "[server]\nlisten = \"127.0.0.1:0\"\n[[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+        log.into(),
+        None,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    assert!(addr.is_some(), "the gateway did not start:\n{logs}");
+    // The warning about the ephemeral key is logged, as text without terminal colour codes.
+    assert!(logs.contains("WARN"), "no warning logged:\n{logs}");
+    assert!(
+        !logs.contains('\x1b'),
+        "colour codes in a log file:\n{logs:?}"
+    );
+}
+
+#[test]
 fn a_stalled_request_body_is_refused_after_the_body_timeout() {
     use std::io::{Read, Write};
     let (mut child, addr, path) = serve(
