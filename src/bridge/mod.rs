@@ -440,10 +440,13 @@ impl Bridge {
 /// Params for the backend: the client's, without MRTR fields or 2026 `_meta` keys. The progress
 /// token, the W3C trace context and keys outside the MCP namespace are carried over in `_meta`.
 pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -> Value {
-    let mut p = params.clone();
-    p.remove("inputResponses");
-    p.remove("requestState");
-    p.remove("_meta");
+    // Copied without what the backend does not get (the client's `_meta` holds its whole
+    // capability set).
+    let mut p: Map<String, Value> = params
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "inputResponses" | "requestState" | "_meta"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut m = meta.other.clone();
     if let Some(token) = &meta.progress_token {
         m.insert("progressToken".into(), token.clone());

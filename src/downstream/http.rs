@@ -254,7 +254,7 @@ fn check_request(
         None => return Err(mismatch("MCP-Protocol-Version header is required".into())),
     };
     if header_version != MODERN {
-        return Err(unsupported(id, &header_version));
+        return Err(unsupported(id, header_version));
     }
     let header_method = header_str(headers, "mcp-method")
         .map_err(&mismatch)?
@@ -306,7 +306,7 @@ fn check_request(
         let raw = header_str(headers, "mcp-name")
             .map_err(&mismatch)?
             .ok_or_else(|| mismatch("Mcp-Name header is required".into()))?;
-        let name = decode_header_value(&raw).ok_or_else(|| {
+        let name = decode_header_value(raw).ok_or_else(|| {
             mismatch("Mcp-Name header has a malformed =?base64?...?= value".into())
         })?;
         if name != body_name {
@@ -329,12 +329,12 @@ fn unsupported(id: &Id, requested: &str) -> Refusal {
     .with_data(json!({"supported": [MODERN], "requested": requested}))
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> Result<Option<String>, String> {
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, String> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v
             .to_str()
-            .map(|s| Some(s.to_owned()))
+            .map(Some)
             .map_err(|_| format!("{name} header has invalid characters")),
     }
 }
