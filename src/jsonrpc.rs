@@ -119,8 +119,8 @@ impl FrameError {
     }
 }
 
-/// Rejects input nested deeper than `max` before serde sees it; a cheap byte scan that keeps
-/// hostile nesting from costing recursion.
+/// Rejects input nested deeper than `max` without parsing it: a byte scan, for text that is not
+/// parsed here (a body forwarded as it is) or did not parse.
 pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), FrameError> {
     let mut depth = 0usize;
     let mut in_string = false;
@@ -150,24 +150,44 @@ pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), FrameError> {
     Ok(())
 }
 
-/// Parses one message from bytes, with the nesting limit applied first.
+/// Parses one message from bytes, within the nesting limit.
 pub fn parse(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
-    check_depth(bytes, max_depth)?;
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| FrameError::Parse(e.to_string()))?;
-    from_value(value)
+    from_value(parse_value(bytes, max_depth)?)
 }
 
 /// Parses what a backend sent in one HTTP body or SSE event: one message, or a batch (a JSON
-/// array, which 2025-03-26 servers may send), with the nesting limit applied first.
+/// array, which 2025-03-26 servers may send), within the nesting limit.
 pub fn parse_many(bytes: &[u8], max_depth: usize) -> Result<Vec<Message>, FrameError> {
-    check_depth(bytes, max_depth)?;
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| FrameError::Parse(e.to_string()))?;
-    match value {
+    match parse_value(bytes, max_depth)? {
         Value::Array(items) if items.is_empty() => Err(FrameError::Shape("an empty batch".into())),
         Value::Array(items) => items.into_iter().map(from_value).collect(),
         single => Ok(vec![from_value(single)?]),
+    }
+}
+
+/// Parses JSON text nested at most `max_depth` deep. The parser itself refuses nesting past
+/// its own ceiling (above any configurable limit, `config::MAX_JSON_DEPTH`), so hostile nesting
+/// costs no deep recursion, and the limit is checked on the tree it built: cheaper than a scan
+/// of every byte first. Text that does not parse is scanned, so that too deep is the error
+/// reported for it whenever it applies.
+fn parse_value(bytes: &[u8], max_depth: usize) -> Result<Value, FrameError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(value) if depth(&value) > max_depth => Err(FrameError::TooDeep(max_depth)),
+        Ok(value) => Ok(value),
+        Err(e) => {
+            check_depth(bytes, max_depth)?;
+            Err(FrameError::Parse(e.to_string()))
+        }
+    }
+}
+
+/// How deeply `value` nests arrays and objects: 0 for a scalar, 1 for `{}`. Recursion is
+/// bounded by the parser's ceiling.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 
@@ -370,6 +390,52 @@ mod tests {
     #[test]
     fn malformed_json_is_a_parse_error() {
         assert_eq!(parse(b"{nope", 8).unwrap_err().code(), PARSE_ERROR);
+    }
+
+    #[test]
+    fn parsed_messages_are_held_to_the_nesting_limit() {
+        // A request whose params nest `n` levels deep: the message itself is one more.
+        let request = |n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{}{}}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        assert!(parse(request(7).as_bytes(), 8).is_ok());
+        assert_eq!(
+            parse(request(8).as_bytes(), 8).unwrap_err(),
+            FrameError::TooDeep(8)
+        );
+        assert_eq!(
+            parse_many(request(8).as_bytes(), 8).unwrap_err(),
+            FrameError::TooDeep(8)
+        );
+        // At the highest limit a configuration may set, and far past the parser's own ceiling.
+        let max = crate::config::MAX_JSON_DEPTH;
+        assert!(parse(request(max - 1).as_bytes(), max).is_ok());
+        for n in [max, 100_000] {
+            assert_eq!(
+                parse(request(n).as_bytes(), max).unwrap_err(),
+                FrameError::TooDeep(max)
+            );
+        }
+        // Too deep and malformed: too deep is what is said; malformed and shallow: a parse error.
+        let deep_and_broken = format!(r#"{{"a":{}"#, "[".repeat(20));
+        assert_eq!(
+            parse(deep_and_broken.as_bytes(), 8).unwrap_err(),
+            FrameError::TooDeep(8)
+        );
+        assert!(matches!(
+            parse(br#"{"a":[[["#, 8).unwrap_err(),
+            FrameError::Parse(_)
+        ));
+        // Brackets inside strings are not nesting.
+        let quoted = format!(
+            r#"{{"jsonrpc":"2.0","method":"m","params":["{}"]}}"#,
+            "[".repeat(50)
+        );
+        assert!(parse(quoted.as_bytes(), 2).is_ok());
     }
 
     #[test]
