@@ -19,7 +19,7 @@ use crate::sse::{self, DecodeError};
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -380,15 +380,20 @@ impl StreamableHttp {
     }
 }
 
+/// Names of the session's headers, made once: a name given as text is parsed, and a name that
+/// is not a standard one allocated, at each use.
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
 /// Headers every request of the session carries.
 fn session_headers(ids: &Mutex<Ids>) -> HeaderMap {
     let ids = ids.lock().expect("ids lock");
     let mut h = HeaderMap::new();
     if let Some(s) = &ids.session {
-        h.insert("mcp-session-id", s.clone());
+        h.insert(MCP_SESSION_ID, s.clone());
     }
     if let Some(v) = &ids.version {
-        h.insert("mcp-protocol-version", v.clone());
+        h.insert(MCP_PROTOCOL_VERSION, v.clone());
     }
     h
 }
@@ -591,7 +596,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
     // Sent: the answer stream may stay open for as long as the call is parked.
     drop(msg);
     if method == "initialize"
-        && let Some(sid) = resp.headers().get("mcp-session-id")
+        && let Some(sid) = resp.headers().get(MCP_SESSION_ID)
     {
         ids.lock().expect("ids lock").session = Some(sid.clone());
     }
