@@ -63,15 +63,20 @@ pub enum Error {
 /// How the gateway connects to a backend: TCP within `timeout` and without Nagle's delay, then
 /// TLS with the bundled Mozilla roots for `https` URLs.
 pub fn connector(timeout: Duration) -> HttpsConnector<HttpConnector> {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(timeout));
-    http.set_nodelay(true);
-    http.enforce_http(false);
     hyper_rustls::HttpsConnectorBuilder::new()
         .with_webpki_roots()
         .https_or_http()
         .enable_http1()
-        .wrap_connector(http)
+        .wrap_connector(tcp(timeout))
+}
+
+/// The TCP part of [`connector`].
+fn tcp(timeout: Duration) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    http
 }
 
 /// The client of one backend. Cheap to clone.
@@ -682,42 +687,74 @@ mod tests {
         answers: Vec<&'static [u8]>,
         piece: usize,
     ) -> (Uri, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        backend_on(answers, piece, None).await
+    }
+
+    /// [`backend`], over TLS with `tls` if given (its URL is then `https://localhost:PORT`).
+    async fn backend_on(
+        answers: Vec<&'static [u8]>,
+        piece: usize,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> (Uri, tokio::sync::mpsc::UnboundedReceiver<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let uri = match &tls {
+            Some(_) => format!("https://localhost:{}/mcp?x=1", addr.port()),
+            None => format!("http://{addr}/mcp?x=1"),
+        };
         tokio::spawn(async move {
             loop {
-                let (mut s, _) = listener.accept().await.unwrap();
+                let (s, _) = listener.accept().await.unwrap();
                 let answers = answers.clone();
                 let tx = tx.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    for answer in answers {
-                        let mut req = Vec::new();
-                        let mut byte = [0u8; 1];
-                        // Head, then the body its Content-Length announces.
-                        while !req.ends_with(b"\r\n\r\n") {
-                            if s.read(&mut byte).await.unwrap_or(0) == 0 {
-                                return;
+                    match tls {
+                        // A handshake the client refuses ends the connection here.
+                        Some(tls) => {
+                            if let Ok(s) = tls.accept(s).await {
+                                serve(s, answers, piece, tx).await
                             }
-                            req.push(byte[0]);
                         }
-                        let text = String::from_utf8(req).unwrap();
-                        let len = text
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length: "))
-                            .map_or(0, |n| n.parse::<usize>().unwrap());
-                        let mut body = vec![0u8; len];
-                        s.read_exact(&mut body).await.unwrap();
-                        tx.send(text + std::str::from_utf8(&body).unwrap()).unwrap();
-                        for p in answer.chunks(piece) {
-                            s.write_all(p).await.unwrap();
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
+                        None => serve(s, answers, piece, tx).await,
                     }
                 });
             }
         });
-        (format!("http://{addr}/mcp?x=1").parse().unwrap(), rx)
+        (uri.parse().unwrap(), rx)
+    }
+
+    async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+        mut s: S,
+        answers: Vec<&'static [u8]>,
+        piece: usize,
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) {
+        for answer in answers {
+            let mut req = Vec::new();
+            let mut byte = [0u8; 1];
+            // Head, then the body its Content-Length announces.
+            while !req.ends_with(b"\r\n\r\n") {
+                if s.read(&mut byte).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                req.push(byte[0]);
+            }
+            let text = String::from_utf8(req).unwrap();
+            let len = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |n| n.parse::<usize>().unwrap());
+            let mut body = vec![0u8; len];
+            s.read_exact(&mut body).await.unwrap();
+            tx.send(text + std::str::from_utf8(&body).unwrap()).unwrap();
+            for p in answer.chunks(piece) {
+                s.write_all(p).await.unwrap();
+                s.flush().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
     }
 
     fn post(uri: &Uri, body: &'static str) -> http::Request<Bytes> {
@@ -756,6 +793,85 @@ mod tests {
             let resp = c.send(post(&uri, "{}")).await.unwrap();
             assert_eq!(text(resp).await.unwrap(), "{ }\n");
             assert!(seen.recv().await.is_some());
+        }
+    }
+
+    /// A self-signed certificate for `localhost`: an acceptor that serves it, and a client that
+    /// trusts it, built as [`connector`] builds the gateway's but with that one root.
+    fn tls_pair() -> (tokio_rustls::TlsAcceptor, Client) {
+        use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(signing_key.serialize_der().into()),
+            )
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp(Duration::from_secs(5)));
+        (
+            tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            Client::new(connector, 4, 1024),
+        )
+    }
+
+    #[tokio::test]
+    async fn over_tls_bodies_arrive_whole_and_the_connection_is_kept() {
+        let chunked: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n";
+        let empty: &[u8] = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+        let sized: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n{ }\n";
+        for piece in [1, 4096] {
+            let (acceptor, c) = tls_pair();
+            let (uri, mut seen) =
+                backend_on(vec![chunked, empty, sized], piece, Some(acceptor)).await;
+            let resp = c.send(post(&uri, "{\"a\":1}")).await.unwrap();
+            assert_eq!(resp.headers()["content-type"], "text/event-stream");
+            assert_eq!(text(resp).await.unwrap(), "hello, world");
+            let req = seen.recv().await.unwrap();
+            assert!(
+                req.starts_with("POST /mcp?x=1 HTTP/1.1\r\nhost: localhost:"),
+                "{req}"
+            );
+            assert!(req.ends_with("content-length: 7\r\n\r\n{\"a\":1}"), "{req}");
+            // An empty answer (as a backend gives the gateway's answers to its requests) gives
+            // its connection back unread.
+            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+            drop(resp);
+            // All three exchanges go on one connection: only the first serves `sized` third.
+            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            assert_eq!(text(resp).await.unwrap(), "{ }\n");
+            assert_eq!(seen.recv().await.map(|_| ()), Some(()));
+            assert_eq!(idle(&c), 1, "piece {piece}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backend_certificate_no_root_vouches_for_is_refused() {
+        let (acceptor, _) = tls_pair();
+        let ok: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (uri, _seen) = backend_on(vec![ok], 4096, Some(acceptor)).await;
+        // The gateway's connector trusts the bundled public roots, which did not sign it.
+        match client().send(post(&uri, "{}")).await.map(|r| r.status()) {
+            Err(Error::Connect(e)) => {
+                assert!(e.to_lowercase().contains("certificate"), "{e}")
+            }
+            other => panic!("expected the certificate refused, got {other:?}"),
         }
     }
 
