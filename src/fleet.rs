@@ -347,7 +347,7 @@ fn decode_reply(mut msg: Value) -> Option<Reply> {
         return Some(Reply::Notification(note.take()));
     }
     if let Some(result) = msg.get_mut("result") {
-        return Some(Reply::Done(Ok(result.take())));
+        return Some(Reply::Done(Ok(result.take().into())));
     }
     let error: ErrorObject = serde_json::from_value(msg.get_mut("error")?.take()).ok()?;
     Some(Reply::Done(Err(error)))
@@ -585,12 +585,23 @@ mod tests {
     fn replies_cross_the_hop_unchanged() {
         for reply in [
             Reply::Notification(json!({"method": "notifications/progress"})),
-            Reply::Done(Ok(json!({"resultType": "complete"}))),
+            Reply::Done(Ok(json!({"resultType": "complete"}).into())),
             Reply::Done(Err(ErrorObject::new(-32602, "no"))),
         ] {
             let back = decode_reply(encode_reply(&reply)).unwrap();
             assert_eq!(format!("{back:?}"), format!("{reply:?}"));
         }
+        // A backend's result as text crosses as the same JSON.
+        let text = Reply::Done(Ok(crate::jsonrpc::Payload::Text(
+            "{\"content\": [1, 2],\n \"resultType\":\"complete\"}".into(),
+        )));
+        let Some(Reply::Done(Ok(back))) = decode_reply(encode_reply(&text)) else {
+            panic!("not a result");
+        };
+        assert_eq!(
+            back.into_value(),
+            json!({"content": [1, 2], "resultType": "complete"})
+        );
         assert!(decode_reply(json!({"other": 1})).is_none());
     }
 }

@@ -4,7 +4,9 @@
 //! Every byte stream the gateway reads (client bodies, backend stdout lines) passes through
 //! [`parse`], so depth and size limits are enforced in one place.
 
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::fmt;
 
@@ -89,8 +91,190 @@ pub enum Message {
     },
     Response {
         id: Id,
-        outcome: Result<Value, ErrorObject>,
+        outcome: Result<Raw, ErrorObject>,
     },
+}
+
+/// A result as its sender wrote it: JSON text, checked when it was read (well formed, within the
+/// nesting limit) and kept as it is. A backend's result goes to the client without being built
+/// into a tree and written out again; what needs to look inside turns it into one.
+#[derive(Debug, Clone)]
+pub struct Raw(Box<RawValue>);
+
+impl Raw {
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The result as a tree.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// A result made here, written out once.
+    pub fn from_value(value: &Value) -> Raw {
+        Raw(serde_json::value::to_raw_value(value).expect("a JSON value can be written"))
+    }
+}
+
+impl Raw {
+    /// The result, an object, with the members of `set` (names, and values as JSON text) in
+    /// place of any of the same names: its own members as written, in their order, then those
+    /// of `set`. `None` if it is not an object.
+    pub fn with_members(&self, set: &[(&str, &str)]) -> Option<String> {
+        let text = self.get().trim();
+        if !text.starts_with('{') {
+            return None;
+        }
+        let mut out = String::with_capacity(text.len() + 64);
+        out.push('{');
+        // When none of the names occurs in the text at all (nor an escape that could spell
+        // one), no member needs taking out: the members are copied as one piece.
+        if !text.contains("\\u") && set.iter().all(|(name, _)| !text.contains(name)) {
+            let members = text[1..text.len() - 1].trim();
+            out.push_str(members);
+            if !members.is_empty() {
+                out.push(',');
+            }
+        } else {
+            let Members(members) = serde_json::from_str(text).ok()?;
+            for (name, value) in members
+                .iter()
+                .filter(|(name, _)| !set.iter().any(|(n, _)| n == name))
+            {
+                write_member(&mut out, name, value.get());
+            }
+        }
+        for (name, value) in set {
+            write_member(&mut out, name, value);
+        }
+        if out.ends_with(',') {
+            out.pop();
+        }
+        out.push('}');
+        Some(out)
+    }
+}
+
+fn write_member(out: &mut String, name: &str, value: &str) {
+    if name.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(name);
+        out.push('"');
+    } else {
+        out.push_str(&Value::from(name).to_string());
+    }
+    out.push(':');
+    out.push_str(value);
+    out.push(',');
+}
+
+/// An object's members, their values as text, in order.
+struct Members<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Members<'de>, D::Error> {
+        struct Name<'a>(std::borrow::Cow<'a, str>);
+        impl<'de> Deserialize<'de> for Name<'de> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Name<'de>, D::Error> {
+                struct NameVisitor;
+                impl<'de> Visitor<'de> for NameVisitor {
+                    type Value = Name<'de>;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a member name")
+                    }
+                    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Name<'de>, E> {
+                        Ok(Name(std::borrow::Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Name<'de>, E> {
+                        Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
+                    }
+                }
+                d.deserialize_str(NameVisitor)
+            }
+        }
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(Name(name)) = map.next_key()? {
+                    members.push((name, map.next_value()?));
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(MembersVisitor)
+    }
+}
+
+/// A result to send: a tree made here, or the text of a backend's result made ready for the
+/// client ([`Raw::with_members`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    Value(Value),
+    Text(String),
+}
+
+impl From<Value> for Payload {
+    fn from(value: Value) -> Payload {
+        Payload::Value(value)
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Payload::Value(v) => v.serialize(s),
+            Payload::Text(t) => RawValue::from_string(t.clone())
+                .map_err(serde::ser::Error::custom)?
+                .serialize(s),
+        }
+    }
+}
+
+impl Payload {
+    /// The payload as a tree.
+    pub fn into_value(self) -> Value {
+        match self {
+            Payload::Value(v) => v,
+            // Text is made from checked JSON only.
+            Payload::Text(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// A response's JSON text: `result` written as it is when it is text already.
+pub fn response_text(id: Option<&Id>, outcome: &Result<Payload, ErrorObject>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    // An id and an error object always serialize.
+    let _ = serde_json::to_writer(&mut out, &id);
+    match outcome {
+        Ok(Payload::Value(v)) => {
+            out.extend_from_slice(b",\"result\":");
+            let _ = serde_json::to_writer(&mut out, v);
+        }
+        Ok(Payload::Text(t)) => {
+            out.extend_from_slice(b",\"result\":");
+            out.extend_from_slice(t.as_bytes());
+        }
+        Err(e) => {
+            out.extend_from_slice(b",\"error\":");
+            let _ = serde_json::to_writer(&mut out, e);
+        }
+    }
+    out.push(b'}');
+    out
+}
+
+impl PartialEq for Raw {
+    fn eq(&self, other: &Raw) -> bool {
+        self.get() == other.get()
+    }
 }
 
 /// Why bytes did not become a message.
@@ -122,6 +306,14 @@ impl FrameError {
 /// Rejects input nested deeper than `max` without parsing it: a byte scan, for text that is not
 /// parsed here (a body forwarded as it is) or did not parse.
 pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), FrameError> {
+    if nests_deeper(bytes, max) {
+        return Err(FrameError::TooDeep(max));
+    }
+    Ok(())
+}
+
+/// Whether `bytes`, as JSON text, nests arrays and objects more than `max` deep.
+fn nests_deeper(bytes: &[u8], max: usize) -> bool {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -140,29 +332,71 @@ pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), FrameError> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
-                    return Err(FrameError::TooDeep(max));
+                    return true;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    Ok(())
+    false
 }
 
-/// Parses one message from bytes, within the nesting limit.
+/// Parses one message from bytes, within the nesting limit. A JSON array is refused as a batch.
 pub fn parse(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
-    from_value(parse_value(bytes, max_depth)?)
+    parse_one(bytes, max_depth)
 }
 
 /// Parses what a backend sent in one HTTP body or SSE event: one message, or a batch (a JSON
 /// array, which 2025-03-26 servers may send), within the nesting limit.
 pub fn parse_many(bytes: &[u8], max_depth: usize) -> Result<Vec<Message>, FrameError> {
-    match parse_value(bytes, max_depth)? {
-        Value::Array(items) if items.is_empty() => Err(FrameError::Shape("an empty batch".into())),
-        Value::Array(items) => items.into_iter().map(from_value).collect(),
-        single => Ok(vec![from_value(single)?]),
+    if first_byte(bytes) != Some(b'[') {
+        return Ok(vec![parse_one(bytes, max_depth)?]);
     }
+    // Each message is read on its own, one level down; a batch is rare.
+    let items: Vec<&RawValue> = match serde_json::from_slice(bytes) {
+        Ok(items) => items,
+        Err(e) => {
+            check_depth(bytes, max_depth)?;
+            return Err(FrameError::Parse(e.to_string()));
+        }
+    };
+    if items.is_empty() {
+        return Err(FrameError::Shape("an empty batch".into()));
+    }
+    let inner = max_depth.saturating_sub(1);
+    items
+        .iter()
+        .map(|item| match parse_one(item.get().as_bytes(), inner) {
+            Err(FrameError::TooDeep(_)) => Err(FrameError::TooDeep(max_depth)),
+            other => other,
+        })
+        .collect()
+}
+
+fn first_byte(bytes: &[u8]) -> Option<u8> {
+    bytes.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+/// One message: its members read in one pass, a result kept as text.
+fn parse_one(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
+    if first_byte(bytes) != Some(b'{') {
+        return match parse_value(bytes, max_depth)? {
+            Value::Array(_) => Err(FrameError::Batch),
+            _ => Err(FrameError::Shape("a message must be a JSON object".into())),
+        };
+    }
+    let fields: Fields = match serde_json::from_slice(bytes) {
+        Ok(fields) => fields,
+        Err(e) => {
+            check_depth(bytes, max_depth)?;
+            return Err(FrameError::Parse(e.to_string()));
+        }
+    };
+    if fields.nests_deeper(max_depth) {
+        return Err(FrameError::TooDeep(max_depth));
+    }
+    fields.into_message()
 }
 
 /// Parses JSON text nested at most `max_depth` deep. The parser itself refuses nesting past
@@ -191,57 +425,157 @@ fn depth(value: &Value) -> usize {
     }
 }
 
-/// Classifies a parsed JSON value as a JSON-RPC message.
-pub fn from_value(value: Value) -> Result<Message, FrameError> {
-    let mut obj = match value {
-        Value::Object(obj) => obj,
-        Value::Array(_) => return Err(FrameError::Batch),
-        _ => return Err(FrameError::Shape("a message must be a JSON object".into())),
-    };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(FrameError::Shape("`jsonrpc` must be \"2.0\"".into()));
+/// The members of a message object that say what it is, as read; a later duplicate wins, as in
+/// a `serde_json` map. The result stays text; members of no meaning here are skipped, their
+/// nesting noted.
+#[derive(Debug, Default)]
+struct Fields {
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Box<RawValue>>,
+    error: Option<Value>,
+    /// Whether a skipped member nested deeper than the limit allows (see `nests_deeper`).
+    others: Vec<Box<RawValue>>,
+}
+
+enum Key {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Key, E> {
+                Ok(match name {
+                    "jsonrpc" => Key::Jsonrpc,
+                    "id" => Key::Id,
+                    "method" => Key::Method,
+                    "params" => Key::Params,
+                    "result" => Key::Result,
+                    "error" => Key::Error,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(KeyVisitor)
     }
-    let id = match obj.remove("id") {
-        None => None,
-        // MCP: a request's id is never null; a response carries null only when the id of the
-        // message it answers was unknown, which leaves nothing to route it to.
-        Some(Value::Null) if obj.contains_key("method") => {
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = Fields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON-RPC message")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+                let mut f = Fields::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::Jsonrpc => f.jsonrpc = Some(map.next_value()?),
+                        Key::Id => f.id = Some(map.next_value()?),
+                        Key::Method => f.method = Some(map.next_value()?),
+                        Key::Params => f.params = Some(map.next_value()?),
+                        Key::Result => f.result = Some(map.next_value()?),
+                        Key::Error => f.error = Some(map.next_value()?),
+                        Key::Other => {
+                            // Kept only if it nests: its depth is checked with the rest.
+                            let raw: Box<RawValue> = map.next_value()?;
+                            if raw.get().starts_with(['{', '[']) {
+                                f.others.push(raw);
+                            }
+                        }
+                    }
+                }
+                Ok(f)
+            }
+        }
+        d.deserialize_map(FieldsVisitor)
+    }
+}
+
+impl Fields {
+    /// Whether the message (one level for itself) nests deeper than `max`.
+    fn nests_deeper(&self, max: usize) -> bool {
+        let Some(inner) = max.checked_sub(1) else {
+            return true;
+        };
+        let trees = [
+            &self.jsonrpc,
+            &self.id,
+            &self.method,
+            &self.params,
+            &self.error,
+        ];
+        trees.into_iter().flatten().any(|v| depth(v) > inner)
+            || self
+                .result
+                .iter()
+                .chain(&self.others)
+                .any(|raw| nests_deeper(raw.get().as_bytes(), inner))
+    }
+
+    /// Classifies the message by its members.
+    fn into_message(self) -> Result<Message, FrameError> {
+        if self.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+            return Err(FrameError::Shape("`jsonrpc` must be \"2.0\"".into()));
+        }
+        let id = match self.id {
+            None => None,
+            // MCP: a request's id is never null; a response carries null only when the id of
+            // the message it answers was unknown, which leaves nothing to route it to.
+            Some(Value::Null) if self.method.is_some() => {
+                return Err(FrameError::Shape(
+                    "`id` must not be null (a notification has no `id`)".into(),
+                ));
+            }
+            Some(Value::Null) => None,
+            Some(v) => Some(serde_json::from_value::<Id>(v).map_err(|_| {
+                FrameError::Shape("`id` must be a string or an integer that fits in 64 bits".into())
+            })?),
+        };
+        let params = self.params;
+        if let Some(p) = &params
+            && !(p.is_object() || p.is_array())
+        {
             return Err(FrameError::Shape(
-                "`id` must not be null (a notification has no `id`)".into(),
+                "`params` must be an object or array".into(),
             ));
         }
-        Some(Value::Null) => None,
-        Some(v) => Some(serde_json::from_value::<Id>(v).map_err(|_| {
-            FrameError::Shape("`id` must be a string or an integer that fits in 64 bits".into())
-        })?),
-    };
-    let params = obj.remove("params");
-    if let Some(p) = &params
-        && !(p.is_object() || p.is_array())
-    {
-        return Err(FrameError::Shape(
-            "`params` must be an object or array".into(),
-        ));
-    }
-    match obj.remove("method") {
-        Some(Value::String(method)) => Ok(match id {
-            Some(id) => Message::Request { id, method, params },
-            None => Message::Notification { method, params },
-        }),
-        Some(_) => Err(FrameError::Shape("`method` must be a string".into())),
-        None => {
-            let id = id.ok_or_else(|| FrameError::Shape("a response needs an `id`".into()))?;
-            let outcome = match (obj.remove("result"), obj.remove("error")) {
-                (Some(result), None) => Ok(result),
-                (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error)
-                    .map_err(|_| FrameError::Shape("malformed `error` object".into()))?),
-                _ => {
-                    return Err(FrameError::Shape(
-                        "a response needs exactly one of `result` and `error`".into(),
-                    ));
-                }
-            };
-            Ok(Message::Response { id, outcome })
+        match self.method {
+            Some(Value::String(method)) => Ok(match id {
+                Some(id) => Message::Request { id, method, params },
+                None => Message::Notification { method, params },
+            }),
+            Some(_) => Err(FrameError::Shape("`method` must be a string".into())),
+            None => {
+                let id = id.ok_or_else(|| FrameError::Shape("a response needs an `id`".into()))?;
+                let outcome = match (self.result, self.error) {
+                    (Some(result), None) => Ok(Raw(result)),
+                    (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error)
+                        .map_err(|_| FrameError::Shape("malformed `error` object".into()))?),
+                    _ => {
+                        return Err(FrameError::Shape(
+                            "a response needs exactly one of `result` and `error`".into(),
+                        ));
+                    }
+                };
+                Ok(Message::Response { id, outcome })
+            }
         }
     }
 }
@@ -250,7 +584,13 @@ impl Message {
     /// The message as JSON, its params moved in (not copied).
     pub fn into_value(self) -> Value {
         let (id, method, params) = match self {
-            Message::Response { id, outcome } => return response(Some(&id), outcome),
+            Message::Response { id, outcome } => {
+                let outcome = outcome.and_then(|raw| {
+                    raw.to_value()
+                        .map_err(|e| ErrorObject::new(INTERNAL_ERROR, e.to_string()))
+                });
+                return response(Some(&id), outcome);
+            }
             Message::Request { id, method, params } => (Some(id), method, params),
             Message::Notification { method, params } => (None, method, params),
         };
@@ -436,6 +776,134 @@ mod tests {
             "[".repeat(50)
         );
         assert!(parse(quoted.as_bytes(), 2).is_ok());
+    }
+
+    fn result_of(text: &str) -> Raw {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{text}}}"#);
+        match parse(msg.as_bytes(), 16).unwrap() {
+            Message::Response {
+                outcome: Ok(raw), ..
+            } => raw,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_result_is_kept_as_it_was_written() {
+        // Spacing, order, escapes and numbers a tree would change (a 23-digit integer would
+        // become a float) all stay.
+        let text = "{ \"z\": 123456789012345678901234,\n  \"a\": [1.50, \"\\u00e9\"] }";
+        assert_eq!(result_of(text).get(), text);
+        // A later duplicate of a member wins, as in a map.
+        let twice = r#"{"jsonrpc":"2.0","id":1,"result":{"a":1},"result":{"b":2}}"#;
+        match parse(twice.as_bytes(), 8).unwrap() {
+            Message::Response {
+                outcome: Ok(raw), ..
+            } => assert_eq!(raw.get(), r#"{"b":2}"#),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn results_and_unknown_members_are_held_to_the_nesting_limit() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let response = |member: &str, n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"{member}":{},"result":{{}}}}"#,
+                nested(n)
+            )
+        };
+        // The message is one level, its result or other member the rest.
+        for member in ["result", "extra"] {
+            let within = if member == "result" {
+                format!(r#"{{"jsonrpc":"2.0","id":1,"result":{}}}"#, nested(7))
+            } else {
+                response(member, 7)
+            };
+            assert!(parse(within.as_bytes(), 8).is_ok(), "{member}");
+            let deep = if member == "result" {
+                format!(r#"{{"jsonrpc":"2.0","id":1,"result":{}}}"#, nested(8))
+            } else {
+                response(member, 8)
+            };
+            assert_eq!(
+                parse(deep.as_bytes(), 8).unwrap_err(),
+                FrameError::TooDeep(8),
+                "{member}"
+            );
+        }
+        // In a batch, one more level.
+        let batch = |n: usize| format!(r#"[{{"jsonrpc":"2.0","id":1,"result":{}}}]"#, nested(n));
+        assert_eq!(parse_many(batch(6).as_bytes(), 8).unwrap().len(), 1);
+        assert_eq!(
+            parse_many(batch(7).as_bytes(), 8).unwrap_err(),
+            FrameError::TooDeep(8)
+        );
+        // A batch element that is not a message is refused as before.
+        assert!(matches!(
+            parse_many(br#"[{"jsonrpc":"2.0","method":"n"}, 3]"#, 8).unwrap_err(),
+            FrameError::Shape(_)
+        ));
+    }
+
+    #[test]
+    fn members_are_set_on_a_result_as_written() {
+        let set = [("resultType", "\"complete\""), ("ttlMs", "0")];
+        let cases = [
+            (r#"{"a":1}"#, r#"{"a":1,"resultType":"complete","ttlMs":0}"#),
+            ("{ }", r#"{"resultType":"complete","ttlMs":0}"#),
+            (
+                "{ \"a\" : [ 1 ],\n \"b\": {} }",
+                "{\"a\" : [ 1 ],\n \"b\": {},\"resultType\":\"complete\",\"ttlMs\":0}",
+            ),
+            // A member of the same name is replaced, however its name is written.
+            (
+                r#"{"resultType":"x","b":[1],"ttlMs":5}"#,
+                r#"{"b":[1],"resultType":"complete","ttlMs":0}"#,
+            ),
+            (
+                r#"{"result\u0054ype":"x","q\"uote":2}"#,
+                r#"{"q\"uote":2,"resultType":"complete","ttlMs":0}"#,
+            ),
+            // A name that only occurs inside a value is left where it is.
+            (
+                r#"{"note":"resultType"}"#,
+                r#"{"note":"resultType","resultType":"complete","ttlMs":0}"#,
+            ),
+        ];
+        for (text, want) in cases {
+            let got = result_of(text).with_members(&set).unwrap();
+            assert_eq!(got, want, "{text}");
+            let _: Value = serde_json::from_str(&got).unwrap();
+        }
+        for not_an_object in ["[1]", "\"s\"", "3", "null"] {
+            assert_eq!(result_of(not_an_object).with_members(&set), None);
+        }
+    }
+
+    #[test]
+    fn a_response_is_written_with_its_result_as_it_is() {
+        let id = Id::Number(7);
+        let text = Payload::Text("{\"a\":\n[1]}".into());
+        let tree = Payload::Value(json!({"b": 2}));
+        let error = ErrorObject::new(INVALID_PARAMS, "no");
+        let written = |o: Result<Payload, ErrorObject>| {
+            serde_json::from_slice::<Value>(&response_text(Some(&id), &o)).unwrap()
+        };
+        assert_eq!(
+            written(Ok(text)),
+            json!({"jsonrpc": "2.0", "id": 7, "result": {"a": [1]}})
+        );
+        assert_eq!(
+            written(Ok(tree)),
+            json!({"jsonrpc": "2.0", "id": 7, "result": {"b": 2}})
+        );
+        assert_eq!(
+            written(Err(error)),
+            json!({"jsonrpc": "2.0", "id": 7, "error": {"code": INVALID_PARAMS, "message": "no"}})
+        );
+        let unknown = response_text(None, &Err(ErrorObject::new(PARSE_ERROR, "x")));
+        assert!(unknown.starts_with(br#"{"jsonrpc":"2.0","id":null,"error""#));
     }
 
     #[test]

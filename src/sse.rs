@@ -11,6 +11,22 @@ pub fn encode(event: &str, data: &Value) -> String {
     format!("event: {event}\ndata: {data}\n\n")
 }
 
+/// One event of JSON text, which may span lines (a backend's result as it wrote it): one `data`
+/// line for each, which a reader joins with line feeds, whitespace to JSON.
+pub fn encode_text(event: &str, data: &str) -> String {
+    let mut out = String::with_capacity(data.len() + event.len() + 16);
+    out.push_str("event: ");
+    out.push_str(event);
+    out.push('\n');
+    for line in data.split(['\n', '\r']).filter(|l| !l.is_empty()) {
+        out.push_str("data: ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
 /// One decoded event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Event {
@@ -155,6 +171,22 @@ mod tests {
     fn newlines_in_data_stay_escaped() {
         let ev = encode("message", &serde_json::json!({"t": "a\nb"}));
         assert_eq!(ev, "event: message\ndata: {\"t\":\"a\\nb\"}\n\n");
+    }
+
+    #[tokio::test]
+    async fn json_text_over_several_lines_is_one_event_of_the_same_json() {
+        let text = "{\r\n  \"content\": [\n    {\"t\": \"a\\nb\"}\r  ],\n\n  \"n\": 1\n}";
+        let ev = encode_text("message", text);
+        assert!(ev.starts_with("event: message\ndata: {\n"), "{ev:?}");
+        let got = collect(&[&ev], 1024).await;
+        let [Ok(event)] = &got[..] else {
+            panic!("{got:?}")
+        };
+        let back: Value = serde_json::from_str(&event.data).unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!({"content": [{"t": "a\nb"}], "n": 1})
+        );
     }
 
     #[tokio::test]

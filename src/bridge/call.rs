@@ -11,7 +11,7 @@ use super::{
     Bridge, Reply, Request, backend_failed, invalid_state, upstream_error, upstream_params,
 };
 use crate::fleet::{self, Route};
-use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
+use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id, Raw};
 use crate::metrics::{AbandonReason, RetryReason, RetryResult, StateFailure};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
@@ -56,7 +56,7 @@ impl Pending {
 
 /// Why driving stopped.
 enum Step {
-    Done(Result<Value, ErrorObject>),
+    Done(Result<Raw, ErrorObject>),
     Park,
     ClientGone,
     /// The call cannot go on (its replay no longer matches): tell the client, cancel upstream.
@@ -86,7 +86,7 @@ struct Task {
     /// The call ended with -32042: once the URL elicitations are answered, issue it again.
     reissue: bool,
     /// An outcome reached while parked, returned on the retry.
-    outcome: Option<Result<Value, ErrorObject>>,
+    outcome: Option<Result<Raw, ErrorObject>>,
     /// Replay mode: the transcript the backend's pushes are answered from. `None`: held.
     replay: Option<replay::Run>,
     /// Replay mode: this task ends with a round, and the call goes on in the retry's task.
@@ -431,7 +431,7 @@ impl Task {
                     Some(transcript) => {
                         self.round += 1;
                         let state = self.input_required(ParkId::random(), Some(transcript));
-                        let _ = reply.send(Reply::Done(Ok(state))).await;
+                        let _ = reply.send(Reply::Done(Ok(state.into()))).await;
                         self.continues = true;
                         Box::pin(self.abandon("the call is run again on the retry")).await;
                         return;
@@ -478,7 +478,7 @@ impl Task {
             // Open before the client learns the state it may retry with.
             let mut retry = door.open();
             let _ = reply
-                .send(Reply::Done(Ok(self.input_required(park, None))))
+                .send(Reply::Done(Ok(self.input_required(park, None).into())))
                 .await;
             // The round is answered: the channel goes now, not when the retry brings a new one.
             drop(reply);

@@ -30,7 +30,7 @@ use tracing::Instrument;
 #[derive(Debug)]
 pub enum Reply {
     Notification(Value),
-    Done(Result<Value, ErrorObject>),
+    Done(Result<jsonrpc::Payload, ErrorObject>),
 }
 
 /// A request that passed the downstream checks.
@@ -228,7 +228,7 @@ impl Bridge {
         self.tasks.spawn(task.instrument(tracing::Span::current()));
     }
 
-    async fn plain(&self, backend: usize, req: Request) -> Result<Value, ErrorObject> {
+    async fn plain(&self, backend: usize, req: Request) -> Result<jsonrpc::Payload, ErrorObject> {
         if req.params.contains_key("inputResponses") || req.params.contains_key("requestState") {
             return Err(ErrorObject::new(
                 INVALID_PARAMS,
@@ -243,7 +243,7 @@ impl Bridge {
                 .lease(backend, &req, false)
                 .await
                 .map_err(|e| upstream_error(&e))?;
-            return Ok(self.discover(lease.session().info()));
+            return Ok(self.discover(lease.session().info()).into());
         }
         let (mut lease, mut call) = self.issue(backend, &req, false).await?;
         let mut resent = false;
@@ -385,27 +385,31 @@ impl Bridge {
         &self,
         method: &str,
         retry: bool,
-        outcome: Result<Value, ErrorObject>,
-    ) -> Result<Value, ErrorObject> {
+        outcome: Result<jsonrpc::Raw, ErrorObject>,
+    ) -> Result<jsonrpc::Payload, ErrorObject> {
         match outcome {
-            Ok(mut result) => {
-                if !result.is_object() {
-                    return Err(ErrorObject::new(
-                        jsonrpc::BACKEND_FAILED,
-                        "backend returned a result that is not an object",
-                    ));
-                }
-                result["resultType"] = json!("complete");
+            Ok(result) => {
+                let (ttl, scope);
+                let mut set = vec![("resultType", "\"complete\"")];
                 if protocol::is_cacheable_method(method) {
-                    let (ttl, scope) = if retry {
+                    let (t, s) = if retry {
                         (0, "private")
                     } else {
                         (self.config.cache.ttl_ms, self.config.cache.scope)
                     };
-                    result["ttlMs"] = json!(ttl);
-                    result["cacheScope"] = json!(scope);
+                    (ttl, scope) = (t.to_string(), Value::from(s).to_string());
+                    set.extend([("ttlMs", ttl.as_str()), ("cacheScope", scope.as_str())]);
                 }
-                Ok(result)
+                // The backend's result goes out as it wrote it, with these members set.
+                result
+                    .with_members(&set)
+                    .map(jsonrpc::Payload::Text)
+                    .ok_or_else(|| {
+                        ErrorObject::new(
+                            jsonrpc::BACKEND_FAILED,
+                            "backend returned a result that is not an object",
+                        )
+                    })
             }
             Err(mut e) => {
                 if e.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {

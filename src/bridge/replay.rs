@@ -190,7 +190,12 @@ async fn fetch_annotations(
         let outcome = tokio::time::timeout(timeout, async {
             loop {
                 match call.events.recv().await {
-                    Some(CallEvent::Response(outcome)) => return outcome.map_err(|e| e.message),
+                    Some(CallEvent::Response(outcome)) => {
+                        return outcome
+                            .map_err(|e| e.message)?
+                            .to_value()
+                            .map_err(|e| e.to_string());
+                    }
                     Some(CallEvent::Closed(r) | CallEvent::Unsent(r)) => return Err(r),
                     None => return Err("session ended".into()),
                     Some(_) => {}

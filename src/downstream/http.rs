@@ -6,7 +6,7 @@
 
 use crate::bridge::{self, Bridge, Reply};
 use crate::config::PrincipalSource;
-use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message};
+use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message, Payload};
 use crate::listener::{BodyError, read_body};
 use crate::metrics::{self, Metrics, Outcome};
 use crate::protocol::meta::RequestMeta;
@@ -214,9 +214,11 @@ struct Tally {
 }
 
 impl Tally {
-    fn outcome(&mut self, outcome: &Result<Value, ErrorObject>) {
+    fn outcome(&mut self, outcome: &Result<Payload, ErrorObject>) {
         let o = match outcome {
-            Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            Ok(Payload::Value(r))
+                if r.get("resultType").and_then(Value::as_str) == Some("input_required") =>
+            {
                 Outcome::InputRequired
             }
             Ok(_) => Outcome::Complete,
@@ -422,7 +424,7 @@ async fn reply(
     match rx.recv().await {
         Some(Reply::Done(outcome)) => {
             tally.outcome(&outcome);
-            json_response(StatusCode::OK, &jsonrpc::response(Some(&id), outcome))
+            bytes_response(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
         }
         None => {
             tally.outcome(&Err(ErrorObject::new(jsonrpc::INTERNAL_ERROR, "")));
@@ -452,10 +454,12 @@ async fn reply(
                         )),
                         Some(Reply::Done(outcome)) => {
                             tally.outcome(&outcome);
+                            let text = jsonrpc::response_text(Some(&id), &outcome);
                             Some((
-                                Ok(Frame::data(sse_event(&jsonrpc::response(
-                                    Some(&id),
-                                    outcome,
+                                Ok(Frame::data(Bytes::from(crate::sse::encode_text(
+                                    "message",
+                                    // Made of JSON text: UTF-8.
+                                    &String::from_utf8_lossy(&text),
                                 )))),
                                 (None, None, id, tally),
                             ))
@@ -480,7 +484,14 @@ fn sse_event(msg: &Value) -> Bytes {
 }
 
 fn json_response(status: StatusCode, body: &Value) -> hyper::Response<Body> {
-    let bytes = serde_json::to_vec(body).expect("JSON values serialize");
+    bytes_response(
+        status,
+        serde_json::to_vec(body).expect("JSON values serialize"),
+    )
+}
+
+/// A JSON body already written.
+fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> hyper::Response<Body> {
     hyper::Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")

@@ -35,7 +35,8 @@ pub enum CallEvent {
         method: String,
         params: Option<Value>,
     },
-    Response(Result<Value, ErrorObject>),
+    /// The call's result as the backend wrote it, or its error.
+    Response(Result<crate::jsonrpc::Raw, ErrorObject>),
     /// The session ended before the call finished.
     Closed(String),
     /// The request never reached the backend (its session was gone): safe to send again on a
@@ -985,7 +986,9 @@ where
                     outcome,
                 }) => {
                     return outcome
-                        .map_err(|e| init_error(format!("error {}: {}", e.code, e.message)));
+                        .map_err(|e| init_error(format!("error {}: {}", e.code, e.message)))?
+                        .to_value()
+                        .map_err(|e| init_error(e.to_string()));
                 }
                 Inbound::Message(Message::Request { id, .. }) => {
                     // Requests before the handshake ends (e.g. ping) get an error; none is a call's.
