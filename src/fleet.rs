@@ -599,7 +599,7 @@ mod tests {
             panic!("not a result");
         };
         assert_eq!(
-            back.into_value(),
+            back.into_value().unwrap(),
             json!({"content": [1, 2], "resultType": "complete"})
         );
         assert!(decode_reply(json!({"other": 1})).is_none());

@@ -101,6 +101,12 @@ pub enum Message {
 #[derive(Debug, Clone)]
 pub struct Raw(Box<RawValue>);
 
+impl PartialEq for Raw {
+    fn eq(&self, other: &Raw) -> bool {
+        self.get() == other.get()
+    }
+}
+
 impl Raw {
     pub fn get(&self) -> &str {
         self.0.get()
@@ -111,13 +117,6 @@ impl Raw {
         serde_json::from_str(self.0.get())
     }
 
-    /// A result made here, written out once.
-    pub fn from_value(value: &Value) -> Raw {
-        Raw(serde_json::value::to_raw_value(value).expect("a JSON value can be written"))
-    }
-}
-
-impl Raw {
     /// The result, an object, with the members of `set` (names, and values as JSON text) in
     /// place of any of the same names: its own members as written, in their order, then those
     /// of `set`. `None` if it is not an object.
@@ -238,11 +237,10 @@ impl Serialize for Payload {
 
 impl Payload {
     /// The payload as a tree.
-    pub fn into_value(self) -> Value {
+    pub fn into_value(self) -> Result<Value, serde_json::Error> {
         match self {
-            Payload::Value(v) => v,
-            // Text is made from checked JSON only.
-            Payload::Text(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
+            Payload::Value(v) => Ok(v),
+            Payload::Text(t) => serde_json::from_str(&t),
         }
     }
 }
@@ -269,12 +267,6 @@ pub fn response_text(id: Option<&Id>, outcome: &Result<Payload, ErrorObject>) ->
     }
     out.push(b'}');
     out
-}
-
-impl PartialEq for Raw {
-    fn eq(&self, other: &Raw) -> bool {
-        self.get() == other.get()
-    }
 }
 
 /// Why bytes did not become a message.

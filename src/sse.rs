@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// One SSE event: `event: NAME`, one `data:` line, blank line.
 pub fn encode(event: &str, data: &Value) -> String {
-    format!("event: {event}\ndata: {data}\n\n")
+    encode_text(event, &data.to_string())
 }
 
 /// One event of JSON text, which may span lines (a backend's result as it wrote it): one `data`

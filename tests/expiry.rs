@@ -53,7 +53,7 @@ async fn abandoned_park_cancels_upstream_releases_the_session_and_frees_the_entr
     let Some(Reply::Done(Ok(first))) = rx.recv().await else {
         panic!("no first round")
     };
-    let first = first.into_value();
+    let first = first.into_value().expect("a result");
     assert_eq!(first["resultType"], "input_required");
     assert_eq!(bridge.parked(), 1);
     assert_eq!(bridge.pool(0).open_sessions(), 1);
@@ -106,7 +106,7 @@ async fn a_retry_before_the_deadline_still_completes() {
     let Some(Reply::Done(Ok(first))) = rx.recv().await else {
         panic!("no first round")
     };
-    let first = first.into_value();
+    let first = first.into_value().expect("a result");
     tokio::time::sleep(Duration::from_secs(29)).await;
     let key = first["inputRequests"]
         .as_object()
@@ -127,7 +127,7 @@ async fn a_retry_before_the_deadline_still_completes() {
     let Some(Reply::Done(Ok(done))) = rx.recv().await else {
         panic!("no final result")
     };
-    let done = done.into_value();
+    let done = done.into_value().expect("a result");
     assert_eq!(done["resultType"], "complete", "{done:#}");
     assert_eq!(bridge.parked(), 0);
     bridge
