@@ -266,12 +266,125 @@ pub fn init_tracing(format: LogFormat, level: &str) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let terminal = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(terminal)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text if terminal => builder.try_init(),
+        LogFormat::Text => builder.fmt_fields(PlainFields).try_init(),
     };
+}
+
+/// Text log fields as `name=value` (the message without its name), as the default formatter
+/// writes them, but without its colour wrappers: those format every field name through a
+/// style even when colour is off, and each request's span has its fields formatted as it is
+/// made.
+struct PlainFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for PlainFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visitor = PlainVisitor {
+            writer: &mut writer,
+            separator: "",
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct PlainVisitor<'a, 'w> {
+    writer: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+    separator: &'static str,
+    result: std::fmt::Result,
+}
+
+impl tracing::field::Visit for PlainVisitor<'_, '_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.record_debug(field, &format_args!("{value}"))
+        } else {
+            self.record_debug(field, &value)
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let name = field.name();
+        if self.result.is_err() || name.starts_with("log.") {
+            return;
+        }
+        let separator = std::mem::replace(&mut self.separator, " ");
+        self.result = if name == "message" {
+            write!(self.writer, "{separator}{value:?}")
+        } else {
+            let name = name.strip_prefix("r#").unwrap_or(name);
+            write!(self.writer, "{separator}{name}={value:?}")
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// What a text subscriber writes for one event inside a span, without timestamps.
+    fn logged(plain: bool) -> String {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let writer = move || Writer(sink.clone());
+        let builder = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_writer(writer);
+        let emit = || {
+            let span = tracing::info_span!(
+                "request",
+                method = %"tools/call",
+                id = 7,
+                r#type = "quoted",
+                park = tracing::field::Empty,
+            );
+            span.record("park", 3_u64);
+            span.in_scope(|| tracing::warn!(ok = true, ratio = 0.5, "a \"message\" {}", 1));
+        };
+        if plain {
+            tracing::subscriber::with_default(builder.fmt_fields(PlainFields).finish(), emit);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), emit);
+        }
+        String::from_utf8(out.lock().unwrap().clone()).unwrap()
+    }
+
+    struct Writer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Writer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn plain_fields_read_as_the_default_formatter_without_colour() {
+        let plain = logged(true);
+        assert_eq!(plain, logged(false));
+        assert!(
+            plain.contains(
+                "request{method=tools/call id=7 type=\"quoted\" park=3}: \
+                 mrtr_gateway::app::tests: a \"message\" 1 ok=true ratio=0.5"
+            ),
+            "{plain}"
+        );
+    }
 }
