@@ -910,3 +910,88 @@ async fn a_backend_error_page_is_named_by_its_status_and_kept_from_the_client() 
     );
     gw.stop().await;
 }
+
+/// A TLS front for `fx` at `https://localhost:PORT/mcp`, as a proxy or a service mesh puts one
+/// before a backend: a certificate for `localhost` issued by a CA made here, each connection
+/// relayed in plain bytes to the fixture. Returns the URL and the path of the CA's PEM file.
+async fn behind_tls(fx: &Fixture) -> (String, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
+    let mut ca = CertificateParams::new(Vec::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let server = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone(), ca_cert.der().clone()],
+        PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let plain: http::Uri = fx.url.parse().unwrap();
+    let plain = plain.authority().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, plain) = (acceptor.clone(), plain.clone());
+            tokio::spawn(async move {
+                // A handshake the client gives up on just ends this connection.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut backend = tokio::net::TcpStream::connect(&plain).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut backend).await;
+            });
+        }
+    });
+    let pem = scratch("private-ca").join("ca.pem");
+    std::fs::write(&pem, ca_cert.pem()).unwrap();
+    (format!("https://localhost:{port}/mcp"), pem)
+}
+
+#[tokio::test]
+async fn an_https_backend_is_trusted_through_its_private_ca() {
+    let fx = Fixture::http(&[]).await;
+    let (url, ca) = behind_tls(&fx).await;
+    let ca_file = format!("ca_file = {:?}\n", ca.display().to_string());
+    let gw = gateway("http", &url, &fx.log, "", &ca_file).await;
+    let c = gw.client();
+    let echo = c
+        .call_tool("echo", json!({"text": "over tls"}), &json!({}))
+        .await;
+    assert_eq!(
+        echo.tool_json(),
+        json!({"echo": "over tls"}),
+        "{:#}",
+        echo.body
+    );
+    // A whole MRTR round, its answer POSTed over the same TLS front.
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    assert!(fx.count("tools/call") >= 2, "{:#?}", fx.received());
+    gw.stop().await;
+    // Without the CA the bundled public roots do not vouch for the front's certificate.
+    let gw = gateway("http", &url, &fx.log, "", "").await;
+    let reply = gw
+        .client()
+        .call_tool("echo", json!({"text": "x"}), &json!({}))
+        .await;
+    assert_backend_failed(&reply, "cannot reach");
+    assert!(
+        reply.error_message().to_lowercase().contains("certificate"),
+        "{}",
+        reply.error_message()
+    );
+    gw.stop().await;
+}

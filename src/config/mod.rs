@@ -233,6 +233,8 @@ pub struct Http {
     pub headers: http::HeaderMap,
     pub authorization: Authorization,
     pub connect_timeout: Duration,
+    /// Roots trusted for an `https` backend instead of the bundled public ones (`ca_file`).
+    pub ca: Option<Ca>,
     /// The longest response head (status line and headers) accepted from the backend. The
     /// head's buffer holds what has arrived, no more, and is let go once the head and what
     /// came with it have been read.
@@ -242,6 +244,50 @@ pub struct Http {
     /// Streamable HTTP: a parked call whose answer stream carries event ids lets it go until
     /// the retry, and picks it up again with `Last-Event-ID`.
     pub release_parked_streams: bool,
+}
+
+/// A private certificate authority for an `https` backend: the certificates of `ca_file`,
+/// read and checked when the config is loaded.
+#[derive(Clone)]
+pub struct Ca {
+    pub path: PathBuf,
+    pub roots: Arc<rustls::RootCertStore>,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} roots)", self.path.display(), self.roots.len())
+    }
+}
+
+/// Reads the PEM certificates of `path` as the roots a backend's certificate must chain to.
+fn ca_file(field: &str, path: &Path) -> Result<Ca, ConfigError> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let name = path.display();
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad(field, format!("{name}: {}", pem_error(e))))?;
+    if certs.is_empty() {
+        return Err(bad(field, format!("{name}: no PEM certificate in it")));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in certs.into_iter().enumerate() {
+        roots
+            .add(cert)
+            .map_err(|e| bad(field, format!("{name}: certificate {}: {e}", i + 1)))?;
+    }
+    Ok(Ca {
+        path: path.to_path_buf(),
+        roots: Arc::new(roots),
+    })
+}
+
+fn pem_error(e: rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    match e {
+        Error::Io(e) => format!("cannot read it: {e}"),
+        other => format!("not PEM certificates: {other:?}"),
+    }
 }
 
 /// What reaches the backend in its `Authorization` header.
@@ -564,12 +610,13 @@ impl Config {
                     || b.authorization.is_some()
                     || b.authorization_value.is_some()
                     || b.connect_timeout.is_some()
+                    || b.ca_file.is_some()
                     || b.max_response_head_bytes.is_some())
             {
                 return Err(bad(
                     field("url"),
                     format!(
-                        "`url`, `headers`, `authorization`, `connect_timeout` and `max_response_head_bytes` are for http and sse backends, not `{kind}`"
+                        "`url`, `headers`, `authorization`, `connect_timeout`, `ca_file` and `max_response_head_bytes` are for http and sse backends, not `{kind}`"
                     ),
                 ));
             }
@@ -949,6 +996,11 @@ fn http_backend(
             ));
         }
     };
+    let ca = match (&b.ca_file, url.scheme_str()) {
+        (None, _) => None,
+        (Some(path), Some("https")) => Some(ca_file(&field("ca_file"), path)?),
+        (Some(_), _) => return Err(bad(field("ca_file"), "only used with an https:// url")),
+    };
     Ok(Http {
         url,
         headers,
@@ -960,6 +1012,7 @@ fn http_backend(
             Duration::from_millis(10),
             Duration::from_secs(300),
         )?,
+        ca,
         max_response_head_bytes: in_range(
             &field("max_response_head_bytes"),
             b.max_response_head_bytes,
@@ -1214,6 +1267,67 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "backend[0].url");
+    }
+
+    #[test]
+    fn a_private_ca_file_is_read_and_checked_with_the_config() {
+        let dir = std::env::temp_dir().join(format!("mrtr-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pem = |name: &str| {
+            rcgen::generate_simple_self_signed(vec![name.to_owned()])
+                .unwrap()
+                .cert
+                .pem()
+        };
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let two = write("two.pem", &(pem("a.internal") + &pem("b.internal")));
+        let none = write("none.pem", "no certificate here\n");
+        let garbled = write(
+            "garbled.pem",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        );
+        let parse = |url: &str, kind: &str, ca: &std::path::Path| {
+            Config::parse(
+                &format!(
+                    "[[backend]]\nname = \"h\"\nkind = \"{kind}\"\nurl = \"{url}\"\nca_file = {:?}\n",
+                    ca.display().to_string()
+                ),
+                None,
+            )
+        };
+        let ok = parse("https://mcp.internal/mcp", "http", &two).unwrap();
+        let Transport::Http(h) = &ok.backends[0].transport else {
+            panic!("an http backend")
+        };
+        assert_eq!(h.ca.as_ref().map(|ca| ca.roots.len()), Some(2));
+        let ok = parse("https://mcp.internal/sse", "sse", &two).unwrap();
+        assert!(matches!(&ok.backends[0].transport, Transport::Sse(h) if h.ca.is_some()));
+        let cases = [
+            (dir.join("missing.pem"), "https://x/mcp", "cannot read it"),
+            (none, "https://x/mcp", "no PEM certificate"),
+            (garbled, "https://x/mcp", "certificate 1"),
+            (two.clone(), "http://x/mcp", "https:// url"),
+        ];
+        for (path, url, says) in cases {
+            let err = parse(url, "http", &path).unwrap_err();
+            assert_eq!(err.field, "backend[0].ca_file", "{path:?}");
+            assert!(err.to_string().contains(says), "{path:?}: {err}");
+        }
+        // Not for a backend that is not reached over HTTP.
+        let err = Config::parse(
+            &format!(
+                "[[backend]]\nname = \"s\"\ncommand = \"srv\"\nca_file = {:?}\n",
+                two.display().to_string()
+            ),
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("ca_file"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -172,6 +172,7 @@ pub struct Backend {
     pub authorization_value: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    pub ca_file: Option<PathBuf>,
     pub max_response_head_bytes: Option<usize>,
     pub standalone_stream: Option<bool>,
     pub release_parked_streams: Option<bool>,

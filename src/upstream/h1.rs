@@ -61,10 +61,26 @@ pub enum Error {
 }
 
 /// How the gateway connects to a backend: TCP within `timeout` and without Nagle's delay, then
-/// TLS with the bundled Mozilla roots for `https` URLs.
-pub fn connector(timeout: Duration) -> HttpsConnector<HttpConnector> {
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
+/// TLS for `https` URLs, trusting `roots` when given (a private CA), else the bundled Mozilla
+/// roots.
+pub fn connector(
+    timeout: Duration,
+    roots: Option<&rustls::RootCertStore>,
+) -> HttpsConnector<HttpConnector> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = match roots {
+        None => builder.with_webpki_roots(),
+        Some(roots) => builder.with_tls_config(
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default TLS versions")
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth(),
+        ),
+    };
+    builder
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp(timeout))
@@ -678,7 +694,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     fn client() -> Client {
-        Client::new(connector(Duration::from_secs(5)), 4, 1024)
+        Client::new(connector(Duration::from_secs(5), None), 4, 1024)
     }
 
     /// A backend that answers each connection's requests with `answers`, in order, written in
@@ -797,36 +813,27 @@ mod tests {
     }
 
     /// A self-signed certificate for `localhost`: an acceptor that serves it, and a client that
-    /// trusts it, built as [`connector`] builds the gateway's but with that one root.
+    /// trusts it as its private CA.
     fn tls_pair() -> (tokio_rustls::TlsAcceptor, Client) {
-        use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
+        use tokio_rustls::rustls::pki_types::PrivateKeyDer;
         let rcgen::CertifiedKey { cert, signing_key } =
             rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                PrivateKeyDer::Pkcs8(signing_key.serialize_der().into()),
-            )
-            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(signing_key.serialize_der().into()),
+        )
+        .unwrap();
         let mut roots = rustls::RootCertStore::empty();
         roots.add(cert.der().clone()).unwrap();
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(tcp(Duration::from_secs(5)));
         (
             tokio_rustls::TlsAcceptor::from(Arc::new(server)),
-            Client::new(connector, 4, 1024),
+            Client::new(connector(Duration::from_secs(5), Some(&roots)), 4, 1024),
         )
     }
 

@@ -46,11 +46,11 @@ const INBOUND: usize = 64;
 const SNIPPET: usize = 160;
 
 /// Builds the client for one backend: keep-alive pools of at most `pool_max` idle connections,
-/// connect timeout, TLS with the bundled Mozilla roots for `https` URLs.
+/// connect timeout, TLS for `https` URLs with the bundled Mozilla roots or the backend's own CA.
 pub fn client(cfg: &Config, pool_max: usize) -> Client {
     // One TLS configuration (and root store) for all the pools.
     Client::new(
-        h1::connector(cfg.connect_timeout),
+        h1::connector(cfg.connect_timeout, cfg.ca.as_ref().map(|ca| &*ca.roots)),
         pool_max,
         cfg.max_response_head_bytes,
     )
