@@ -427,17 +427,12 @@ async fn reply(
             bytes_response(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
         }
         None => {
-            tally.outcome(&Err(ErrorObject::new(jsonrpc::INTERNAL_ERROR, "")));
-            json_response(
-                StatusCode::OK,
-                &jsonrpc::response(
-                    Some(&id),
-                    Err(ErrorObject::new(
-                        jsonrpc::INTERNAL_ERROR,
-                        "the request ended without a result",
-                    )),
-                ),
-            )
+            let outcome = Err(ErrorObject::new(
+                jsonrpc::INTERNAL_ERROR,
+                "the request ended without a result",
+            ));
+            tally.outcome(&outcome);
+            bytes_response(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
         }
         Some(Reply::Notification(first)) => {
             let stream = futures_util::stream::unfold(
