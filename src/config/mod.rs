@@ -246,6 +246,18 @@ pub struct Http {
     pub release_parked_streams: bool,
 }
 
+impl Http {
+    /// The URL, what reaches the backend in `Authorization`, and the CA trusted for `https`.
+    fn describe(&self) -> String {
+        let ca = match (&self.ca, self.url.scheme_str()) {
+            (Some(ca), _) => format!(", trusting {ca:?}"),
+            (None, Some("https")) => ", trusting the bundled roots".to_owned(),
+            (None, _) => String::new(),
+        };
+        format!("{} (authorization {:?}{ca})", self.url, self.authorization)
+    }
+}
+
 /// A private certificate authority for an `https` backend: the certificates of `ca_file`,
 /// read and checked when the config is loaded.
 #[derive(Clone)]
@@ -794,10 +806,8 @@ impl Config {
                     format!("stdio {} {}", t.command.display(), t.args.join(" "))
                 }
                 Transport::Builtin(_) => "built-in legacy server".to_owned(),
-                Transport::Http(h) => {
-                    format!("http {} (authorization {:?})", h.url, h.authorization)
-                }
-                Transport::Sse(h) => format!("sse {} (authorization {:?})", h.url, h.authorization),
+                Transport::Http(h) => format!("http {}", h.describe()),
+                Transport::Sse(h) => format!("sse {}", h.describe()),
             };
             let _ = writeln!(
                 s,
@@ -1304,6 +1314,17 @@ mod tests {
             panic!("an http backend")
         };
         assert_eq!(h.ca.as_ref().map(|ca| ca.roots.len()), Some(2));
+        let described = ok.describe();
+        assert!(
+            described.contains(&format!("trusting {} (2 roots)", two.display())),
+            "{described}"
+        );
+        let public = Config::parse(
+            "[[backend]]\nname = \"h\"\nkind = \"http\"\nurl = \"https://x/mcp\"\n",
+            None,
+        )
+        .unwrap();
+        assert!(public.describe().contains("trusting the bundled roots"));
         let ok = parse("https://mcp.internal/sse", "sse", &two).unwrap();
         assert!(matches!(&ok.backends[0].transport, Transport::Sse(h) if h.ca.is_some()));
         let cases = [
