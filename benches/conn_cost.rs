@@ -11,7 +11,6 @@
 #[path = "shared/rss.rs"]
 mod rss;
 
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use rss::rss_kib;
 use std::time::Duration;
@@ -52,7 +51,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let client = mrtr_gateway::upstream::http::client(&cfg, n + 16);
     let uri: hyper::Uri = format!("http://{addr}/mcp").parse()?;
-    let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#);
+    let body: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#;
+    let none = http::HeaderMap::new();
     let mut open = Vec::with_capacity(n + 16);
     let mut before = 0;
     for i in 0..n + 16 {
@@ -61,9 +61,12 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(300)).await;
             before = rss_kib("self")?;
         }
-        let req = http::Request::post(uri.clone())
-            .header("content-type", "application/json")
-            .body(body.clone())?;
+        let req = mrtr_gateway::upstream::http::Request {
+            method: &http::Method::POST,
+            uri: &uri,
+            headers: [&none, &none],
+            json: Some(body),
+        };
         let mut resp = client.send(req).await?;
         resp.body_mut().frame().await.transpose()?;
         open.push(resp);

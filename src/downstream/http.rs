@@ -14,7 +14,7 @@ use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest};
 use base64::Engine;
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -246,7 +246,7 @@ fn check_request(
 ) -> Result<RequestMeta, Refusal> {
     let mismatch =
         |msg: String| Refusal::new(StatusCode::BAD_REQUEST, Some(id), HEADER_MISMATCH, msg);
-    let header_version = match header_str(headers, "mcp-protocol-version").map_err(&mismatch)? {
+    let header_version = match header_str(headers, &MCP_PROTOCOL_VERSION).map_err(&mismatch)? {
         Some(v) => v,
         // A legacy client's handshake: tell it which version this endpoint speaks.
         None if method == "initialize" => {
@@ -258,7 +258,7 @@ fn check_request(
     if header_version != MODERN {
         return Err(unsupported(id, header_version));
     }
-    let header_method = header_str(headers, "mcp-method")
+    let header_method = header_str(headers, &MCP_METHOD)
         .map_err(&mismatch)?
         .ok_or_else(|| mismatch("Mcp-Method header is required".into()))?;
     if header_method != method {
@@ -305,7 +305,7 @@ fn check_request(
                 format!("params.{field} is required"),
             )
         })?;
-        let raw = header_str(headers, "mcp-name")
+        let raw = header_str(headers, &MCP_NAME)
             .map_err(&mismatch)?
             .ok_or_else(|| mismatch("Mcp-Name header is required".into()))?;
         let name = decode_header_value(raw).ok_or_else(|| {
@@ -331,7 +331,11 @@ fn unsupported(id: &Id, requested: &str) -> Refusal {
     .with_data(json!({"supported": [MODERN], "requested": requested}))
 }
 
-fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, String> {
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, String> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v

@@ -144,7 +144,7 @@ impl Client {
 
     /// Sends `req` on an idle connection of this thread's pool, or a new one, and reads the
     /// response head. The body streams from the connection as the caller reads it.
-    pub async fn send(&self, req: http::Request<Bytes>) -> Result<http::Response<Body>, Error> {
+    pub async fn send(&self, req: Request<'_>) -> Result<http::Response<Body>, Error> {
         let elsewhere = self.shared.pools.len() - 1;
         let shard = crate::shard::current().unwrap_or(elsewhere).min(elsewhere);
         let pool = &self.shared.pools[shard];
@@ -153,9 +153,9 @@ impl Client {
             Some(mut io) => match write(&mut io, &wire).await {
                 Ok(()) => io,
                 // A kept connection the backend has just closed: nothing was taken in.
-                Err(_) => self.fresh(req.uri(), &wire).await?,
+                Err(_) => self.fresh(req.uri, &wire).await?,
             },
-            None => self.fresh(req.uri(), &wire).await?,
+            None => self.fresh(req.uri, &wire).await?,
         };
         let (head, rest) = read_head(&mut io, self.shared.max_head).await?;
         let (framing, reusable) = framing(&head)?;
@@ -198,17 +198,29 @@ async fn write(io: &mut Io, wire: &[u8]) -> io::Result<()> {
     io.flush().await
 }
 
+/// A request as [`Client::send`] writes it, straight from its parts.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a Method,
+    pub uri: &'a Uri,
+    /// Written in order: a backend's configured headers, then the request's own.
+    pub headers: [&'a HeaderMap; 2],
+    /// A JSON body, sent with `content-type: application/json`.
+    pub json: Option<&'a [u8]>,
+}
+
 /// The request as it goes on the wire: request line, `Host`, the request's headers,
-/// `Content-Length` when there is a body, and the body.
-fn encode(req: &http::Request<Bytes>) -> Result<Vec<u8>, Error> {
-    let uri = req.uri();
+/// `Content-Type` and `Content-Length` when there is a body (a POST always has a length), and
+/// the body.
+fn encode(req: &Request<'_>) -> Result<Vec<u8>, Error> {
+    let uri = req.uri;
     let host = uri
         .host()
         .ok_or_else(|| Error::Exchange(format!("the URL `{uri}` names no host")))?;
     let target = uri.path_and_query().map_or("/", |p| p.as_str());
-    let body = req.body();
+    let body = req.json.unwrap_or_default();
     let mut out = Vec::with_capacity(256 + body.len());
-    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.extend_from_slice(req.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
@@ -218,14 +230,19 @@ fn encode(req: &http::Request<Bytes>) -> Result<Vec<u8>, Error> {
         out.extend_from_slice(port.as_str().as_bytes());
     }
     out.extend_from_slice(b"\r\n");
-    for (name, value) in req.headers() {
+    for (name, value) in req.headers.iter().flat_map(|h| h.iter()) {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if !body.is_empty() || req.method() == Method::POST {
-        out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    if req.json.is_some() {
+        out.extend_from_slice(b"content-type: application/json\r\n");
+    }
+    if req.json.is_some() || req.method == Method::POST {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(body.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
@@ -246,7 +263,13 @@ struct Head {
 async fn read_head(io: &mut Io, max: usize) -> Result<(Head, BytesMut), Error> {
     let mut buf = BytesMut::new();
     loop {
-        if let Some(head) = parse_head(&buf)? {
+        // Nothing to parse before the first read.
+        let parsed = if buf.is_empty() {
+            None
+        } else {
+            parse_head(&buf)?
+        };
+        if let Some(head) = parsed {
             if head.len > max {
                 return Err(Error::HeadTooLarge(max));
             }
@@ -773,13 +796,34 @@ mod tests {
         }
     }
 
-    fn post(uri: &Uri, body: &'static str) -> http::Request<Bytes> {
-        let mut req = http::Request::new(Bytes::from_static(body.as_bytes()));
-        *req.method_mut() = Method::POST;
-        *req.uri_mut() = uri.clone();
-        req.headers_mut()
-            .insert("accept", HeaderValue::from_static("text/event-stream"));
-        req
+    /// A POST of a JSON `body` that accepts an event stream.
+    struct Post {
+        uri: Uri,
+        configured: HeaderMap,
+        headers: HeaderMap,
+        body: &'static str,
+    }
+
+    impl Post {
+        fn req(&self) -> Request<'_> {
+            Request {
+                method: &Method::POST,
+                uri: &self.uri,
+                headers: [&self.configured, &self.headers],
+                json: Some(self.body.as_bytes()),
+            }
+        }
+    }
+
+    fn post(uri: &Uri, body: &'static str) -> Post {
+        let mut headers = HeaderMap::new();
+        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        Post {
+            uri: uri.clone(),
+            configured: HeaderMap::new(),
+            headers,
+            body,
+        }
     }
 
     async fn text(resp: http::Response<Body>) -> Result<String, io::Error> {
@@ -794,7 +838,7 @@ mod tests {
         for piece in [1, 7, 4096] {
             let (uri, mut seen) = backend(vec![chunked, sized], piece).await;
             let c = client();
-            let resp = c.send(post(&uri, "{\"a\":1}")).await.unwrap();
+            let resp = c.send(post(&uri, "{\"a\":1}").req()).await.unwrap();
             assert_eq!(resp.status(), StatusCode::OK);
             assert_eq!(resp.headers()["content-type"], "text/event-stream");
             assert_eq!(text(resp).await.unwrap(), "hello, world");
@@ -806,7 +850,7 @@ mod tests {
             assert!(req.contains("accept: text/event-stream\r\n"), "{req}");
             assert!(req.ends_with("content-length: 7\r\n\r\n{\"a\":1}"), "{req}");
             // The second exchange goes on the same connection: the backend serves both there.
-            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            let resp = c.send(post(&uri, "{}").req()).await.unwrap();
             assert_eq!(text(resp).await.unwrap(), "{ }\n");
             assert!(seen.recv().await.is_some());
         }
@@ -846,7 +890,7 @@ mod tests {
             let (acceptor, c) = tls_pair();
             let (uri, mut seen) =
                 backend_on(vec![chunked, empty, sized], piece, Some(acceptor)).await;
-            let resp = c.send(post(&uri, "{\"a\":1}")).await.unwrap();
+            let resp = c.send(post(&uri, "{\"a\":1}").req()).await.unwrap();
             assert_eq!(resp.headers()["content-type"], "text/event-stream");
             assert_eq!(text(resp).await.unwrap(), "hello, world");
             let req = seen.recv().await.unwrap();
@@ -857,11 +901,11 @@ mod tests {
             assert!(req.ends_with("content-length: 7\r\n\r\n{\"a\":1}"), "{req}");
             // An empty answer (as a backend gives the gateway's answers to its requests) gives
             // its connection back unread.
-            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            let resp = c.send(post(&uri, "{}").req()).await.unwrap();
             assert_eq!(resp.status(), StatusCode::ACCEPTED);
             drop(resp);
             // All three exchanges go on one connection: only the first serves `sized` third.
-            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            let resp = c.send(post(&uri, "{}").req()).await.unwrap();
             assert_eq!(text(resp).await.unwrap(), "{ }\n");
             assert_eq!(seen.recv().await.map(|_| ()), Some(()));
             assert_eq!(idle(&c), 1, "piece {piece}");
@@ -874,7 +918,11 @@ mod tests {
         let ok: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         let (uri, _seen) = backend_on(vec![ok], 4096, Some(acceptor)).await;
         // The gateway's connector trusts the bundled public roots, which did not sign it.
-        match client().send(post(&uri, "{}")).await.map(|r| r.status()) {
+        match client()
+            .send(post(&uri, "{}").req())
+            .await
+            .map(|r| r.status())
+        {
             Err(Error::Connect(e)) => {
                 assert!(e.to_lowercase().contains("certificate"), "{e}")
             }
@@ -886,7 +934,7 @@ mod tests {
     async fn a_body_until_close_ends_with_the_connection_and_is_not_kept() {
         let (uri, _seen) = backend(vec![b"HTTP/1.1 200 OK\r\n\r\nall of it"], 3).await;
         let c = client();
-        let resp = c.send(post(&uri, "{}")).await.unwrap();
+        let resp = c.send(post(&uri, "{}").req()).await.unwrap();
         let body = tokio::time::timeout(Duration::from_secs(5), async {
             // The backend's task ends after its one answer, closing the connection.
             text(resp).await
@@ -919,13 +967,13 @@ mod tests {
         for answer in not_kept {
             let (uri, _seen) = backend(vec![answer], 4096).await;
             let c = client();
-            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            let resp = c.send(post(&uri, "{}").req()).await.unwrap();
             assert_eq!(text(resp).await.unwrap(), "ok");
             assert_eq!(idle(&c), 0, "{}", String::from_utf8_lossy(answer));
         }
         let (uri, _seen) = backend(vec![kept], 4096).await;
         let c = client();
-        let resp = c.send(post(&uri, "{}")).await.unwrap();
+        let resp = c.send(post(&uri, "{}").req()).await.unwrap();
         assert_eq!(text(resp).await.unwrap(), "ok");
         assert_eq!(idle(&c), 1);
     }
@@ -936,7 +984,7 @@ mod tests {
         let (uri, mut seen) = backend(vec![accepted, accepted], 4096).await;
         let c = client();
         for _ in 0..2 {
-            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            let resp = c.send(post(&uri, "{}").req()).await.unwrap();
             assert_eq!(resp.status(), StatusCode::ACCEPTED);
             drop(resp);
             assert_eq!(idle(&c), 1);
@@ -951,7 +999,7 @@ mod tests {
         let (uri, _seen) = backend(vec![sized], 4096).await;
         let c = client();
         for _ in 0..3 {
-            let resp = c.send(post(&uri, "{}")).await.unwrap();
+            let resp = c.send(post(&uri, "{}").req()).await.unwrap();
             assert_eq!(text(resp).await.unwrap(), "ok");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -984,7 +1032,7 @@ mod tests {
         ];
         for (answer, why) in cases {
             let (uri, _seen) = backend(vec![answer], 4096).await;
-            let outcome = match client().send(post(&uri, "{}")).await {
+            let outcome = match client().send(post(&uri, "{}").req()).await {
                 Ok(resp) => text(resp).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
@@ -1003,7 +1051,7 @@ mod tests {
         for piece in [4096, 1] {
             let (uri, _seen) = backend(vec![long], piece).await;
             assert_eq!(
-                client().send(post(&uri, "{}")).await.unwrap_err(),
+                client().send(post(&uri, "{}").req()).await.unwrap_err(),
                 Error::HeadTooLarge(1024)
             );
         }
@@ -1017,7 +1065,7 @@ mod tests {
             .unwrap();
         drop(listener);
         assert!(matches!(
-            client().send(post(&uri, "{}")).await,
+            client().send(post(&uri, "{}").req()).await,
             Err(Error::Connect(_))
         ));
     }

@@ -16,7 +16,6 @@ use super::session::{Inbound, Mark, Transport};
 use crate::config::Http as Config;
 use crate::jsonrpc::{self, Id, Message};
 use crate::sse::{self, DecodeError};
-use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
@@ -31,7 +30,7 @@ use tokio_util::task::TaskTracker;
 /// Where a stream's messages go: the session task's queue, or a call reading its own stream.
 pub(crate) type Sink = mpsc::Sender<Box<Inbound>>;
 
-pub use super::h1::Client;
+pub use super::h1::{Client, Request};
 
 /// How many times one request's stream is resumed with `Last-Event-ID` before giving up.
 const MAX_RESUMES: u32 = 5;
@@ -123,29 +122,19 @@ impl Link {
         &self,
         method: Method,
         url: &Uri,
-        headers: HeaderMap,
+        headers: &HeaderMap,
         body: Option<&Value>,
     ) -> Result<http::Response<Body>, Failure> {
-        let mut req = http::Request::builder().method(method).uri(url.clone());
-        let all = req.headers_mut().expect("a fresh builder has headers");
-        all.extend(self.headers.clone());
-        all.extend(headers);
-        let body = match body {
-            Some(v) => {
-                all.insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                Bytes::from(
-                    serde_json::to_vec(v)
-                        .map_err(|e| Failure::Other(format!("cannot encode a message: {e}")))?,
-                )
-            }
-            None => Bytes::new(),
+        let json = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| Failure::Other(format!("cannot encode a message: {e}")))?;
+        let req = h1::Request {
+            method: &method,
+            uri: url,
+            headers: [&self.headers, headers],
+            json: json.as_deref(),
         };
-        let req = req
-            .body(body)
-            .map_err(|e| Failure::Other(format!("cannot build a request: {e}")))?;
         // Boxed: a request's task keeps the room of its largest phase for as long as it lives,
         // and a parked call's lives until the retry.
         match tokio::time::timeout(self.timeout, Box::pin(self.client.send(req))).await {
@@ -417,7 +406,7 @@ fn has_session(ids: &Mutex<Ids>) -> bool {
 async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
     let resp = ep
         .link
-        .exchange(Method::POST, &ep.url, post_headers(&ep.ids), Some(msg))
+        .exchange(Method::POST, &ep.url, &post_headers(&ep.ids), Some(msg))
         .await;
     let failure = match resp {
         Ok(r) if r.status().is_success() => return Ok(()),
@@ -539,7 +528,8 @@ impl Transport for StreamableHttp {
         tasks.close();
         if has_session(&ep.ids) {
             let link = ep.link.clone();
-            let delete = link.exchange(Method::DELETE, &ep.url, session_headers(&ep.ids), None);
+            let headers = session_headers(&ep.ids);
+            let delete = link.exchange(Method::DELETE, &ep.url, &headers, None);
             match tokio::time::timeout(CLOSE_TIMEOUT, delete).await {
                 Ok(Ok(r)) => {
                     tracing::debug!(backend = %link.backend, status = %r.status(), "session deleted")
@@ -584,7 +574,7 @@ async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, m
     };
     let known_session = has_session(ids);
     let resp = match link
-        .exchange(Method::POST, url, post_headers(ids), Some(&msg))
+        .exchange(Method::POST, url, &post_headers(ids), Some(&msg))
         .await
     {
         Ok(r) => r,
@@ -708,7 +698,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         if let Ok(v) = HeaderValue::from_str(&last) {
             headers.insert("last-event-id", v);
         }
-        let resp = match link.exchange(Method::GET, url, headers, None).await {
+        let resp = match link.exchange(Method::GET, url, &headers, None).await {
             Ok(r) => r,
             Err(f) => {
                 tracing::debug!(backend = %link.backend, "resuming a stream failed: {}", f.describe(&link.backend));
@@ -766,7 +756,7 @@ async fn standalone(ep: Endpoint) {
         }
         let opened = tokio::select! {
             _ = link.stop.cancelled() => return,
-            r = link.exchange(Method::GET, &url, headers, None) => r,
+            r = link.exchange(Method::GET, &url, &headers, None) => r,
         };
         match opened {
             // Without a session id a 404 cannot mean a forgotten session: a stateless backend

@@ -37,7 +37,7 @@ impl HttpSse {
             HeaderValue::from_static("text/event-stream"),
         );
         let resp = link
-            .exchange(Method::GET, url, headers, None)
+            .exchange(Method::GET, url, &headers, None)
             .await
             .map_err(|f| init(f.describe(&link.backend)))?;
         if !resp.status().is_success() {
@@ -148,7 +148,7 @@ impl Transport for HttpSse {
         );
         let failure = match self
             .link
-            .exchange(Method::POST, &self.endpoint, headers, Some(&msg))
+            .exchange(Method::POST, &self.endpoint, &headers, Some(&msg))
             .await
         {
             Ok(r) if r.status().is_success() => return Ok(()),
