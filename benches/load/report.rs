@@ -562,7 +562,7 @@ below; the fixture wrote two thirds of its answers in two writes (the head, then
 which wakes the gateway, as the direct client, once more. \
 {} The added latency is those two extra wake-ups on a virtual machine plus the gateway's CPU \
 time, plus waiting for a CPU: the client, the gateway (two shards) and the backend share \
-two CPUs with other work (load average above). The p99 is that wait at its worst.{}",
+two CPUs with other work (load average above). The p99 is that wait at its worst.{}{}",
         us(g.gateway_run_us),
         us(g.gateway_wait_us),
         us(g.backend_run_us),
@@ -585,6 +585,13 @@ gateway's moves with it.",
             us(rl.cpu.gateway_run_us),
             us(r.gateway.latency.p50_us - rl.load.latency.p50_us)
         )),
+        if r.gateway.latency.p99_us < r.direct.latency.p99_us {
+            " In this run the direct client's p99 was the higher one (its slices met more of the \
+machine's stalls), so the p99 the gateway adds comes out negative: the tails of one run say more \
+about the machine than about either side."
+        } else {
+            ""
+        },
     );
     if let Some(t) = &r.threads {
         let _ = writeln!(
