@@ -45,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
         authorization: mrtr_gateway::config::Authorization::Drop,
         connect_timeout: Duration::from_secs(5),
         ca: None,
+        client_cert: None,
         max_response_head_bytes: mrtr_gateway::config::DEFAULT_RESPONSE_HEAD,
         standalone_stream: false,
         release_parked_streams: false,

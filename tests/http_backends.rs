@@ -911,34 +911,59 @@ async fn a_backend_error_page_is_named_by_its_status_and_kept_from_the_client() 
     gw.stop().await;
 }
 
-/// A TLS front for `fx` at `https://localhost:PORT/mcp`, as a proxy or a service mesh puts one
-/// before a backend: a certificate for `localhost` issued by a CA made here, each connection
-/// relayed in plain bytes to the fixture. Returns the URL and the path of the CA's PEM file.
-async fn behind_tls(fx: &Fixture) -> (String, PathBuf) {
+/// A TLS front for a fixture, as a proxy or a service mesh puts one before a backend.
+struct TlsFront {
+    url: String,
+    /// The PEM file of the CA that issued the front's certificate.
+    ca: PathBuf,
+    /// A client certificate and its key, issued by the same CA.
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+/// A TLS front for `fx` at `https://localhost:PORT/mcp`: a certificate for `localhost` issued by
+/// a CA made here, each connection relayed in plain bytes to the fixture. With
+/// `require_client_cert`, only clients showing a certificate from that CA get through.
+async fn behind_tls(fx: &Fixture, require_client_cert: bool) -> TlsFront {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use std::sync::Arc;
     use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
     let mut ca = CertificateParams::new(Vec::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca_key = KeyPair::generate().unwrap();
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
+    let issue = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert, key)
+    };
+    let (leaf, leaf_key) = issue("localhost");
+    let (client, client_key) = issue("mrtr-gateway");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
         .unwrap();
-    let server = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
+    let server = if require_client_cert {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).unwrap();
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        server.with_client_cert_verifier(verifier)
+    } else {
+        server.with_no_client_auth()
+    }
     .with_single_cert(
         vec![leaf.der().clone(), ca_cert.der().clone()],
         PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
     )
     .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let plain: http::Uri = fx.url.parse().unwrap();
@@ -947,7 +972,7 @@ async fn behind_tls(fx: &Fixture) -> (String, PathBuf) {
         while let Ok((tcp, _)) = listener.accept().await {
             let (acceptor, plain) = (acceptor.clone(), plain.clone());
             tokio::spawn(async move {
-                // A handshake the client gives up on just ends this connection.
+                // A handshake that fails (or a client given up) just ends this connection.
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
                 };
@@ -956,16 +981,31 @@ async fn behind_tls(fx: &Fixture) -> (String, PathBuf) {
             });
         }
     });
-    let pem = scratch("private-ca").join("ca.pem");
-    std::fs::write(&pem, ca_cert.pem()).unwrap();
-    (format!("https://localhost:{port}/mcp"), pem)
+    let dir = scratch("tls-front");
+    let write = |name: &str, pem: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
+    };
+    TlsFront {
+        url: format!("https://localhost:{port}/mcp"),
+        ca: write("ca.pem", ca_cert.pem()),
+        client_cert: write("client.pem", client.pem()),
+        client_key: write("client.key", client_key.serialize_pem()),
+    }
+}
+
+/// `name = "path"` for a backend's table.
+fn path_setting(name: &str, path: &std::path::Path) -> String {
+    format!("{name} = {:?}\n", path.display().to_string())
 }
 
 #[tokio::test]
 async fn an_https_backend_is_trusted_through_its_private_ca() {
     let fx = Fixture::http(&[]).await;
-    let (url, ca) = behind_tls(&fx).await;
-    let ca_file = format!("ca_file = {:?}\n", ca.display().to_string());
+    let front = behind_tls(&fx, false).await;
+    let url = front.url.clone();
+    let ca_file = path_setting("ca_file", &front.ca);
     let gw = gateway("http", &url, &fx.log, "", &ca_file).await;
     let c = gw.client();
     let echo = c
@@ -988,6 +1028,42 @@ async fn an_https_backend_is_trusted_through_its_private_ca() {
         .call_tool("echo", json!({"text": "x"}), &json!({}))
         .await;
     assert_backend_failed(&reply, "cannot reach");
+    assert!(
+        reply.error_message().to_lowercase().contains("certificate"),
+        "{}",
+        reply.error_message()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_https_backend_that_asks_for_a_client_certificate_gets_the_configured_one() {
+    let fx = Fixture::http(&[]).await;
+    let front = behind_tls(&fx, true).await;
+    let ca_file = path_setting("ca_file", &front.ca);
+    let mutual = ca_file.clone()
+        + &path_setting("client_cert_file", &front.client_cert)
+        + &path_setting("client_key_file", &front.client_key);
+    let gw = gateway("http", &front.url, &fx.log, "", &mutual).await;
+    let c = gw.client();
+    let echo = c
+        .call_tool("echo", json!({"text": "mutual"}), &json!({}))
+        .await;
+    assert_eq!(
+        echo.tool_json(),
+        json!({"echo": "mutual"}),
+        "{:#}",
+        echo.body
+    );
+    assert_eq!(elicit_round_trip(&c).await, ada());
+    gw.stop().await;
+    // Without a client certificate the front ends the handshake: the call fails, named.
+    let gw = gateway("http", &front.url, &fx.log, "", &ca_file).await;
+    let reply = gw
+        .client()
+        .call_tool("echo", json!({"text": "x"}), &json!({}))
+        .await;
+    assert_backend_failed(&reply, "");
     assert!(
         reply.error_message().to_lowercase().contains("certificate"),
         "{}",

@@ -235,6 +235,8 @@ pub struct Http {
     pub connect_timeout: Duration,
     /// Roots trusted for an `https` backend instead of the bundled public ones (`ca_file`).
     pub ca: Option<Ca>,
+    /// The certificate the gateway shows an `https` backend that asks for one (mutual TLS).
+    pub client_cert: Option<ClientCert>,
     /// The longest response head (status line and headers) accepted from the backend. The
     /// head's buffer holds what has arrived, no more, and is let go once the head and what
     /// came with it have been read.
@@ -254,7 +256,14 @@ impl Http {
             (None, Some("https")) => ", trusting the bundled roots".to_owned(),
             (None, _) => String::new(),
         };
-        format!("{} (authorization {:?}{ca})", self.url, self.authorization)
+        let cert = match &self.client_cert {
+            Some(cert) => format!(", showing {cert:?}"),
+            None => String::new(),
+        };
+        format!(
+            "{} (authorization {:?}{ca}{cert})",
+            self.url, self.authorization
+        )
     }
 }
 
@@ -291,6 +300,62 @@ fn ca_file(field: &str, path: &Path) -> Result<Ca, ConfigError> {
     Ok(Ca {
         path: path.to_path_buf(),
         roots: Arc::new(roots),
+    })
+}
+
+/// The gateway's own certificate for an `https` backend that asks for one (mutual TLS): the
+/// chain of `client_cert_file` (the gateway's certificate first) with the private key of
+/// `client_key_file`, read and checked to belong together when the config is loaded.
+#[derive(Clone)]
+pub struct ClientCert {
+    pub path: PathBuf,
+    pub key: Arc<rustls::sign::CertifiedKey>,
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.path.display())
+    }
+}
+
+fn client_cert(
+    field: &dyn Fn(&str) -> String,
+    cert: &Path,
+    key: &Path,
+) -> Result<ClientCert, ConfigError> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let (cert_field, key_field) = (field("client_cert_file"), field("client_key_file"));
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad(&cert_field, format!("{}: {}", cert.display(), pem_error(e))))?;
+    if chain.is_empty() {
+        return Err(bad(
+            &cert_field,
+            format!("{}: no PEM certificate in it", cert.display()),
+        ));
+    }
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        let reason = match e {
+            rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key in it".to_owned(),
+            other => pem_error(other),
+        };
+        bad(&key_field, format!("{}: {reason}", key.display()))
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified =
+        rustls::sign::CertifiedKey::from_der(chain, private, &provider).map_err(|e| {
+            bad(
+                &key_field,
+                format!(
+                    "{} does not go with the certificate of {}: {e}",
+                    key.display(),
+                    cert.display()
+                ),
+            )
+        })?;
+    Ok(ClientCert {
+        path: cert.to_path_buf(),
+        key: Arc::new(certified),
     })
 }
 
@@ -623,12 +688,14 @@ impl Config {
                     || b.authorization_value.is_some()
                     || b.connect_timeout.is_some()
                     || b.ca_file.is_some()
+                    || b.client_cert_file.is_some()
+                    || b.client_key_file.is_some()
                     || b.max_response_head_bytes.is_some())
             {
                 return Err(bad(
                     field("url"),
                     format!(
-                        "`url`, `headers`, `authorization`, `connect_timeout`, `ca_file` and `max_response_head_bytes` are for http and sse backends, not `{kind}`"
+                        "`url`, `headers`, `authorization`, `connect_timeout`, `ca_file`, `client_cert_file`, `client_key_file` and `max_response_head_bytes` are for http and sse backends, not `{kind}`"
                     ),
                 ));
             }
@@ -1011,6 +1078,28 @@ fn http_backend(
         (Some(path), Some("https")) => Some(ca_file(&field("ca_file"), path)?),
         (Some(_), _) => return Err(bad(field("ca_file"), "only used with an https:// url")),
     };
+    let client_cert = match (&b.client_cert_file, &b.client_key_file) {
+        (None, None) => None,
+        (Some(_), _) | (_, Some(_)) if url.scheme_str() != Some("https") => {
+            return Err(bad(
+                field("client_cert_file"),
+                "only used with an https:// url",
+            ));
+        }
+        (Some(cert), Some(key)) => Some(client_cert(field, cert, key)?),
+        (Some(_), None) => {
+            return Err(bad(
+                field("client_key_file"),
+                "required with client_cert_file",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                field("client_cert_file"),
+                "required with client_key_file",
+            ));
+        }
+    };
     Ok(Http {
         url,
         headers,
@@ -1023,6 +1112,7 @@ fn http_backend(
             Duration::from_secs(300),
         )?,
         ca,
+        client_cert,
         max_response_head_bytes: in_range(
             &field("max_response_head_bytes"),
             b.max_response_head_bytes,
@@ -1348,6 +1438,94 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("ca_file"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_client_certificate_and_its_key_are_read_and_matched_with_the_config() {
+        let dir = std::env::temp_dir().join(format!("mrtr-client-cert-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let made = rcgen::generate_simple_self_signed(vec!["gateway".to_owned()]).unwrap();
+        let cert = write("client.pem", &made.cert.pem());
+        let key = write("client.key", &made.signing_key.serialize_pem());
+        let other = write(
+            "other.key",
+            &rcgen::KeyPair::generate().unwrap().serialize_pem(),
+        );
+        let nothing = write("nothing.key", "no key here\n");
+        let parse = |url: &str, cert: Option<&std::path::Path>, key: Option<&std::path::Path>| {
+            let mut text = format!("[[backend]]\nname = \"h\"\nkind = \"http\"\nurl = \"{url}\"\n");
+            for (name, path) in [("client_cert_file", cert), ("client_key_file", key)] {
+                if let Some(path) = path {
+                    text += &format!("{name} = {:?}\n", path.display().to_string());
+                }
+            }
+            Config::parse(&text, None)
+        };
+        let ok = parse("https://mcp.internal/mcp", Some(&cert), Some(&key)).unwrap();
+        let Transport::Http(h) = &ok.backends[0].transport else {
+            panic!("an http backend")
+        };
+        assert_eq!(h.client_cert.as_ref().map(|c| c.key.cert.len()), Some(1));
+        let described = ok.describe();
+        assert!(
+            described.contains(&format!("showing {}", cert.display())),
+            "{described}"
+        );
+        let cases = [
+            (
+                "https://x/mcp",
+                Some(&cert),
+                None,
+                "backend[0].client_key_file",
+                "required",
+            ),
+            (
+                "https://x/mcp",
+                None,
+                Some(&key),
+                "backend[0].client_cert_file",
+                "required",
+            ),
+            (
+                "http://x/mcp",
+                Some(&cert),
+                Some(&key),
+                "backend[0].client_cert_file",
+                "https://",
+            ),
+            (
+                "https://x/mcp",
+                Some(&cert),
+                Some(&other),
+                "backend[0].client_key_file",
+                "does not go with",
+            ),
+            (
+                "https://x/mcp",
+                Some(&cert),
+                Some(&nothing),
+                "backend[0].client_key_file",
+                "no PEM private key",
+            ),
+            (
+                "https://x/mcp",
+                Some(&key),
+                Some(&key),
+                "backend[0].client_cert_file",
+                "no PEM certificate",
+            ),
+        ];
+        for (url, cert, key, field, says) in cases {
+            let err = parse(url, cert.map(|p| p.as_path()), key.map(|p| p.as_path())).unwrap_err();
+            assert_eq!(err.field, field, "{url} {cert:?} {key:?}: {err}");
+            assert!(err.to_string().contains(says), "{err}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

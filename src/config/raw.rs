@@ -173,6 +173,8 @@ pub struct Backend {
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
     pub ca_file: Option<PathBuf>,
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
     pub max_response_head_bytes: Option<usize>,
     pub standalone_stream: Option<bool>,
     pub release_parked_streams: Option<bool>,

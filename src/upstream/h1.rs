@@ -62,23 +62,32 @@ pub enum Error {
 
 /// How the gateway connects to a backend: TCP within `timeout` and without Nagle's delay, then
 /// TLS for `https` URLs, trusting `roots` when given (a private CA), else the bundled Mozilla
-/// roots.
+/// roots, and showing `cert` to a backend that asks for a client certificate.
 pub fn connector(
     timeout: Duration,
     roots: Option<&rustls::RootCertStore>,
+    cert: Option<&Arc<rustls::sign::CertifiedKey>>,
 ) -> HttpsConnector<HttpConnector> {
+    use hyper_rustls::ConfigBuilderExt;
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = match roots {
-        None => builder.with_webpki_roots(),
-        Some(roots) => builder.with_tls_config(
-            rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(roots.clone())
-            .with_no_client_auth(),
-        ),
+    let builder = if roots.is_none() && cert.is_none() {
+        builder.with_webpki_roots()
+    } else {
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions");
+        let tls = match roots {
+            Some(roots) => tls.with_root_certificates(roots.clone()),
+            None => tls.with_webpki_roots(),
+        };
+        builder.with_tls_config(match cert {
+            Some(cert) => tls.with_client_cert_resolver(Arc::new(
+                rustls::sign::SingleCertAndKey::from(cert.clone()),
+            )),
+            None => tls.with_no_client_auth(),
+        })
     };
     builder
         .https_or_http()
@@ -717,7 +726,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     fn client() -> Client {
-        Client::new(connector(Duration::from_secs(5), None), 4, 1024)
+        Client::new(connector(Duration::from_secs(5), None, None), 4, 1024)
     }
 
     /// A backend that answers each connection's requests with `answers`, in order, written in
@@ -877,7 +886,11 @@ mod tests {
         roots.add(cert.der().clone()).unwrap();
         (
             tokio_rustls::TlsAcceptor::from(Arc::new(server)),
-            Client::new(connector(Duration::from_secs(5), Some(&roots)), 4, 1024),
+            Client::new(
+                connector(Duration::from_secs(5), Some(&roots), None),
+                4,
+                1024,
+            ),
         )
     }
 

@@ -45,11 +45,16 @@ const INBOUND: usize = 64;
 const SNIPPET: usize = 160;
 
 /// Builds the client for one backend: keep-alive pools of at most `pool_max` idle connections,
-/// connect timeout, TLS for `https` URLs with the bundled Mozilla roots or the backend's own CA.
+/// connect timeout, TLS for `https` URLs with the bundled Mozilla roots or the backend's own CA,
+/// and the gateway's client certificate where one is configured.
 pub fn client(cfg: &Config, pool_max: usize) -> Client {
     // One TLS configuration (and root store) for all the pools.
     Client::new(
-        h1::connector(cfg.connect_timeout, cfg.ca.as_ref().map(|ca| &*ca.roots)),
+        h1::connector(
+            cfg.connect_timeout,
+            cfg.ca.as_ref().map(|ca| &*ca.roots),
+            cfg.client_cert.as_ref().map(|c| &c.key),
+        ),
         pool_max,
         cfg.max_response_head_bytes,
     )
