@@ -277,7 +277,9 @@ pub struct Ca {
 
 impl std::fmt::Debug for Ca {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({} roots)", self.path.display(), self.roots.len())
+        let n = self.roots.len();
+        let s = if n == 1 { "" } else { "s" };
+        write!(f, "{} ({n} root{s})", self.path.display())
     }
 }
 
