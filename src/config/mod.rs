@@ -283,16 +283,31 @@ impl std::fmt::Debug for Ca {
     }
 }
 
-/// Reads the PEM certificates of `path` as the roots a backend's certificate must chain to.
-fn ca_file(field: &str, path: &Path) -> Result<Ca, ConfigError> {
+/// The PEM certificates of `path`, at least one.
+fn pem_certificates(
+    field: &str,
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, ConfigError> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let name = path.display();
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| bad(field, format!("{name}: {}", pem_error(e))))?;
+        .map_err(|e| {
+            bad(
+                field,
+                format!("{name}: {}", pem_error(e, "not PEM certificates")),
+            )
+        })?;
     if certs.is_empty() {
         return Err(bad(field, format!("{name}: no PEM certificate in it")));
     }
+    Ok(certs)
+}
+
+/// Reads the PEM certificates of `path` as the roots a backend's certificate must chain to.
+fn ca_file(field: &str, path: &Path) -> Result<Ca, ConfigError> {
+    let name = path.display();
+    let certs = pem_certificates(field, path)?;
     let mut roots = rustls::RootCertStore::empty();
     for (i, cert) in certs.into_iter().enumerate() {
         roots
@@ -325,21 +340,13 @@ fn client_cert(
     cert: &Path,
     key: &Path,
 ) -> Result<ClientCert, ConfigError> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-    let (cert_field, key_field) = (field("client_cert_file"), field("client_key_file"));
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| bad(&cert_field, format!("{}: {}", cert.display(), pem_error(e))))?;
-    if chain.is_empty() {
-        return Err(bad(
-            &cert_field,
-            format!("{}: no PEM certificate in it", cert.display()),
-        ));
-    }
+    use rustls::pki_types::{PrivateKeyDer, pem::PemObject};
+    let key_field = field("client_key_file");
+    let chain = pem_certificates(&field("client_cert_file"), cert)?;
     let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
         let reason = match e {
             rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key in it".to_owned(),
-            other => pem_error(other),
+            other => pem_error(other, "not a PEM private key"),
         };
         bad(&key_field, format!("{}: {reason}", key.display()))
     })?;
@@ -361,11 +368,12 @@ fn client_cert(
     })
 }
 
-fn pem_error(e: rustls::pki_types::pem::Error) -> String {
+/// Why a PEM file could not be read; `not` says what it failed to be.
+fn pem_error(e: rustls::pki_types::pem::Error, not: &str) -> String {
     use rustls::pki_types::pem::Error;
     match e {
         Error::Io(e) => format!("cannot read it: {e}"),
-        other => format!("not PEM certificates: {other:?}"),
+        other => format!("{not}: {other:?}"),
     }
 }
 
