@@ -228,7 +228,7 @@ impl Serialize for Payload {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Payload::Value(v) => v.serialize(s),
-            Payload::Text(t) => RawValue::from_string(t.clone())
+            Payload::Text(t) => serde_json::from_str::<&RawValue>(t)
                 .map_err(serde::ser::Error::custom)?
                 .serialize(s),
         }
