@@ -6,7 +6,8 @@
 //! 32 requests, an 8 KiB header buffer, a read buffer and a task of its own). Here an exchange
 //! runs in the caller's own future, and its body reads into the stack: a stream that waits holds
 //! its socket and a few words of framing state. The response head is parsed by `httparse`;
-//! connecting (TCP, and TLS for `https` URLs) is hyper-rustls's connector.
+//! only the headers the gateway reads are kept from it (no header map of the rest is built).
+//! Connecting (TCP, and TLS for `https` URLs) is hyper-rustls's connector.
 //!
 //! What it speaks: requests with a body of known length; responses framed by `Content-Length`,
 //! by chunked transfer coding, or by the connection's end. A connection goes back to the pool
@@ -167,7 +168,7 @@ impl Client {
             None => self.fresh(req.uri, &wire).await?,
         };
         let (head, rest) = read_head(&mut io, self.shared.max_head).await?;
-        let (framing, reusable) = framing(&head)?;
+        let (framing, reusable) = head.framing;
         let body = Body {
             io: Some(io),
             home: reusable.then(|| pool.clone()),
@@ -263,9 +264,20 @@ fn encode(req: &Request<'_>) -> Result<Vec<u8>, Error> {
 struct Head {
     status: StatusCode,
     version: Version,
+    /// The headers the gateway reads ([`READ`]); the others are checked by the parser and
+    /// passed over.
     headers: HeaderMap,
+    /// How the body ends, and whether the connection may serve another exchange (for a final
+    /// response; an informational one has no body).
+    framing: (Framing, bool),
     len: usize,
 }
+
+/// The response headers the gateway reads, besides those that frame the body.
+static READ: [HeaderName; 2] = [
+    header::CONTENT_TYPE,
+    HeaderName::from_static("mcp-session-id"),
+];
 
 /// Reads until a final response head is complete (informational ones are skipped). Returns it
 /// and what came after it.
@@ -339,18 +351,29 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Error> {
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    let mut headers = HeaderMap::with_capacity(resp.headers.len());
-    for h in resp.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| bad(format!("header name `{}`", h.name)))?;
+    let lines = &*resp.headers;
+    let framing = if status.is_informational() {
+        (Framing::Length(0), false)
+    } else {
+        framing(status, version, lines)?
+    };
+    let mut headers = HeaderMap::new();
+    for h in lines {
+        let Some(name) = READ
+            .iter()
+            .find(|n| n.as_str().eq_ignore_ascii_case(h.name))
+        else {
+            continue;
+        };
         let value =
             HeaderValue::from_bytes(h.value).map_err(|_| bad(format!("value of `{name}`")))?;
-        headers.append(name, value);
+        headers.append(name.clone(), value);
     }
     Ok(Some(Head {
         status,
         version,
         headers,
+        framing,
         len,
     }))
 }
@@ -377,55 +400,58 @@ enum Chunk {
     Trailers(usize),
 }
 
-/// The framing of a response's body, and whether its connection may serve another exchange.
-fn framing(head: &Head) -> Result<(Framing, bool), Error> {
-    let h = &head.headers;
-    let mut reusable =
-        head.version == Version::HTTP_11 && !has_token(h, header::CONNECTION, "close");
-    if head.status == StatusCode::NO_CONTENT || head.status == StatusCode::NOT_MODIFIED {
+/// The framing of a final response's body, and whether its connection may serve another
+/// exchange, from its status and header lines.
+fn framing(
+    status: StatusCode,
+    version: Version,
+    lines: &[httparse::Header<'_>],
+) -> Result<(Framing, bool), Error> {
+    let values = |name: HeaderName| {
+        lines
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name.as_str()))
+            .flat_map(|h| h.value.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+    };
+    let mut reusable = version == Version::HTTP_11
+        && !values(header::CONNECTION).any(|t| t.eq_ignore_ascii_case(b"close"));
+    if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Framing::Length(0), reusable));
     }
-    if h.contains_key(header::TRANSFER_ENCODING) {
+    let has = |name: HeaderName| {
+        lines
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case(name.as_str()))
+    };
+    if has(header::TRANSFER_ENCODING) {
         // Both framings at once is how requests get smuggled: believe the coding, keep nothing.
-        if h.contains_key(header::CONTENT_LENGTH) {
+        if has(header::CONTENT_LENGTH) {
             reusable = false;
         }
-        let last = h
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-            .next_back()
-            .map(|c| c.trim_ascii().to_ascii_lowercase());
-        return Ok(match last.as_deref() {
-            Some(b"chunked") => (Framing::Chunked(Chunk::Size), reusable),
+        return Ok(match values(header::TRANSFER_ENCODING).next_back() {
+            Some(c) if c.eq_ignore_ascii_case(b"chunked") => {
+                (Framing::Chunked(Chunk::Size), reusable)
+            }
             _ => (Framing::Eof, false),
         });
     }
     let mut length = None;
-    for v in h.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|&b| b == b',') {
-            let n = std::str::from_utf8(part.trim_ascii())
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| Error::Exchange("an invalid Content-Length".into()))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Error::Exchange("conflicting Content-Length values".into()));
-            }
-            length = Some(n);
+    for part in values(header::CONTENT_LENGTH) {
+        let n = std::str::from_utf8(part)
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| Error::Exchange("an invalid Content-Length".into()))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(Error::Exchange("conflicting Content-Length values".into()));
         }
+        length = Some(n);
     }
     Ok(match length {
         Some(n) => (Framing::Length(n), reusable),
         None => (Framing::Eof, false),
     })
-}
-
-fn has_token(h: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    h.get_all(name)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// A response body, read from its connection as it is polled. Dropped with more to come, it
@@ -1016,6 +1042,33 @@ mod tests {
             assert_eq!(text(resp).await.unwrap(), "ok");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[test]
+    fn a_head_keeps_the_headers_read_and_frames_by_names_in_any_case() {
+        let wire: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+            Cache-Control: no-cache\r\nMCP-Session-Id: s1\r\n\
+            Transfer-Encoding: gzip, Chunked\r\nDate: x\r\n\r\nrest";
+        let head = parse_head(wire).unwrap().unwrap();
+        assert_eq!(head.len, wire.len() - "rest".len());
+        let kept: Vec<_> = head
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("content-type", "text/event-stream"),
+                ("mcp-session-id", "s1")
+            ]
+        );
+        assert_eq!(head.framing, (Framing::Chunked(Chunk::Size), true));
+        let sized =
+            parse_head(b"HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 7\r\nConnection: Close\r\n\r\n");
+        assert_eq!(sized.unwrap().unwrap().framing, (Framing::Length(7), false));
+        let partial = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type: a");
+        assert!(partial.unwrap().is_none());
     }
 
     #[tokio::test]
