@@ -335,10 +335,13 @@ fn read_into(io: &mut Io, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::
 /// Parses a response head at the start of `buf`; `None` while incomplete. (Not async: the
 /// header slots live on the stack only while parsing.)
 fn parse_head(buf: &[u8]) -> Result<Option<Head>, Error> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut slots);
+    // Slots the parser fills as it goes: none is written before it is used.
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
     let bad = |what: String| Error::Exchange(format!("a malformed response head ({what})"));
-    let len = match resp.parse(buf) {
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
+    let len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(bad(e.to_string())),
