@@ -65,7 +65,8 @@ async fn main() -> anyhow::Result<()> {
         let req = mrtr_gateway::upstream::http::Request {
             method: &http::Method::POST,
             uri: &uri,
-            headers: [&none, &none],
+            configured: &none,
+            headers: &[],
             json: Some(body),
         };
         let mut resp = client.send(req).await?;

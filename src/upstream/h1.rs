@@ -213,8 +213,10 @@ async fn write(io: &mut Io, wire: &[u8]) -> io::Result<()> {
 pub struct Request<'a> {
     pub method: &'a Method,
     pub uri: &'a Uri,
-    /// Written in order: a backend's configured headers, then the request's own.
-    pub headers: [&'a HeaderMap; 2],
+    /// A backend's configured headers, written first.
+    pub configured: &'a HeaderMap,
+    /// The request's own headers, written after them.
+    pub headers: &'a [(HeaderName, HeaderValue)],
     /// A JSON body, sent with `content-type: application/json`.
     pub json: Option<&'a [u8]>,
 }
@@ -240,7 +242,8 @@ fn encode(req: &Request<'_>) -> Result<Vec<u8>, Error> {
         out.extend_from_slice(port.as_str().as_bytes());
     }
     out.extend_from_slice(b"\r\n");
-    for (name, value) in req.headers.iter().flat_map(|h| h.iter()) {
+    let own = req.headers.iter().map(|(name, value)| (name, value));
+    for (name, value) in req.configured.iter().chain(own) {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -838,7 +841,7 @@ mod tests {
     struct Post {
         uri: Uri,
         configured: HeaderMap,
-        headers: HeaderMap,
+        headers: Vec<(HeaderName, HeaderValue)>,
         body: &'static str,
     }
 
@@ -847,19 +850,21 @@ mod tests {
             Request {
                 method: &Method::POST,
                 uri: &self.uri,
-                headers: [&self.configured, &self.headers],
+                configured: &self.configured,
+                headers: &self.headers,
                 json: Some(self.body.as_bytes()),
             }
         }
     }
 
     fn post(uri: &Uri, body: &'static str) -> Post {
-        let mut headers = HeaderMap::new();
-        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
         Post {
             uri: uri.clone(),
             configured: HeaderMap::new(),
-            headers,
+            headers: vec![(
+                header::ACCEPT,
+                HeaderValue::from_static("text/event-stream"),
+            )],
             body,
         }
     }

@@ -127,7 +127,7 @@ impl Link {
         &self,
         method: Method,
         url: &Uri,
-        headers: &HeaderMap,
+        headers: &[(HeaderName, HeaderValue)],
         body: Option<&Value>,
     ) -> Result<http::Response<Body>, Failure> {
         let json = body
@@ -137,7 +137,8 @@ impl Link {
         let req = h1::Request {
             method: &method,
             uri: url,
-            headers: [&self.headers, headers],
+            configured: &self.headers,
+            headers,
             json: json.as_deref(),
         };
         // Boxed: a request's task keeps the room of its largest phase for as long as it lives,
@@ -378,26 +379,44 @@ impl StreamableHttp {
 /// is not a standard one allocated, at each use.
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
-/// Headers every request of the session carries.
-fn session_headers(ids: &Mutex<Ids>) -> HeaderMap {
+/// A request's own headers (the configured ones aside): a few, each named once, written in
+/// order.
+type Headers = Vec<(HeaderName, HeaderValue)>;
+
+/// Headers every request of the session carries, and room for two more.
+fn session_headers(ids: &Mutex<Ids>) -> Headers {
     let ids = ids.lock().expect("ids lock");
-    let mut h = HeaderMap::new();
+    let mut h = Vec::with_capacity(4);
     if let Some(s) = &ids.session {
-        h.insert(MCP_SESSION_ID, s.clone());
+        h.push((MCP_SESSION_ID, s.clone()));
     }
     if let Some(v) = &ids.version {
-        h.insert(MCP_PROTOCOL_VERSION, v.clone());
+        h.push((MCP_PROTOCOL_VERSION, v.clone()));
     }
     h
 }
 
-fn post_headers(ids: &Mutex<Ids>) -> HeaderMap {
+fn post_headers(ids: &Mutex<Ids>) -> Headers {
     let mut h = session_headers(ids);
-    h.insert(
+    h.push((
         header::ACCEPT,
         HeaderValue::from_static("application/json, text/event-stream"),
-    );
+    ));
+    h
+}
+
+/// The headers of a GET for an event stream, resumed after `last` if given.
+fn stream_headers(ids: &Mutex<Ids>, last: Option<&str>) -> Headers {
+    let mut h = session_headers(ids);
+    h.push((
+        header::ACCEPT,
+        HeaderValue::from_static("text/event-stream"),
+    ));
+    if let Some(v) = last.and_then(|l| HeaderValue::from_str(l).ok()) {
+        h.push((LAST_EVENT_ID, v));
+    }
     h
 }
 
@@ -695,14 +714,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         if !cursor.retry.is_zero() {
             tokio::time::sleep(cursor.retry).await;
         }
-        let mut headers = session_headers(ids);
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        if let Ok(v) = HeaderValue::from_str(&last) {
-            headers.insert("last-event-id", v);
-        }
+        let headers = stream_headers(ids, Some(&last));
         let resp = match link.exchange(Method::GET, url, &headers, None).await {
             Ok(r) => r,
             Err(f) => {
@@ -747,18 +759,7 @@ async fn standalone(ep: Endpoint) {
     let mut cursor = Cursor::default();
     let mut backoff = Duration::from_millis(100);
     loop {
-        let mut headers = session_headers(&ids);
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        if let Some(v) = cursor
-            .last_id
-            .as_deref()
-            .and_then(|l| HeaderValue::from_str(l).ok())
-        {
-            headers.insert("last-event-id", v);
-        }
+        let headers = stream_headers(&ids, cursor.last_id.as_deref());
         let opened = tokio::select! {
             _ = link.stop.cancelled() => return,
             r = link.exchange(Method::GET, &url, &headers, None) => r,

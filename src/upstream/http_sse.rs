@@ -6,7 +6,7 @@
 use super::Error;
 use super::http::{Link, content_type, deliver, report, status_failure};
 use super::session::{Inbound, Transport};
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http::{HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -31,11 +31,10 @@ impl HttpSse {
             backend: link.backend.clone(),
             reason,
         };
-        let mut headers = HeaderMap::new();
-        headers.insert(
+        let headers = [(
             header::ACCEPT,
             HeaderValue::from_static("text/event-stream"),
-        );
+        )];
         let resp = link
             .exchange(Method::GET, url, &headers, None)
             .await
@@ -141,11 +140,10 @@ impl Transport for HttpSse {
             .get("method")
             .and(msg.get("id"))
             .and_then(|v| serde_json::from_value::<crate::jsonrpc::Id>(v.clone()).ok());
-        let mut headers = HeaderMap::new();
-        headers.insert(
+        let headers = [(
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        )];
         let failure = match self
             .link
             .exchange(Method::POST, &self.endpoint, &headers, Some(&msg))
