@@ -245,6 +245,22 @@ impl Payload {
     }
 }
 
+/// A request's JSON text, written from its parts (no tree of the whole message is built).
+pub fn request_text(id: &Id, method: &str, params: Option<&Value>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    // An id, a string and a tree always serialize.
+    let _ = serde_json::to_writer(&mut out, id);
+    out.extend_from_slice(b",\"method\":");
+    let _ = serde_json::to_writer(&mut out, method);
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        let _ = serde_json::to_writer(&mut out, p);
+    }
+    out.push(b'}');
+    out
+}
+
 /// A response's JSON text: `result` written as it is when it is text already.
 pub fn response_text(id: Option<&Id>, outcome: &Result<Payload, ErrorObject>) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
@@ -896,6 +912,23 @@ mod tests {
         );
         let unknown = response_text(None, &Err(ErrorObject::new(PARSE_ERROR, "x")));
         assert!(unknown.starts_with(br#"{"jsonrpc":"2.0","id":null,"error""#));
+    }
+
+    #[test]
+    fn a_request_written_from_its_parts_reads_back_as_the_message() {
+        let params = json!({"name": "t\"\n", "arguments": {"b": [1, null]}});
+        for (id, params) in [
+            (Id::Number(3), Some(&params)),
+            (Id::String("a\"b".into()), None),
+        ] {
+            let text = request_text(&id, "tools/call", params);
+            let expected = Message::Request {
+                id,
+                method: "tools/call".into(),
+                params: params.cloned(),
+            };
+            assert_eq!(parse(&text, 64), Ok(expected));
+        }
     }
 
     #[test]

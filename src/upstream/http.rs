@@ -128,18 +128,14 @@ impl Link {
         method: Method,
         url: &Uri,
         headers: &[(HeaderName, HeaderValue)],
-        body: Option<&Value>,
+        json: Option<&[u8]>,
     ) -> Result<http::Response<Body>, Failure> {
-        let json = body
-            .map(serde_json::to_vec)
-            .transpose()
-            .map_err(|e| Failure::Other(format!("cannot encode a message: {e}")))?;
         let req = h1::Request {
             method: &method,
             uri: url,
             configured: &self.headers,
             headers,
-            json: json.as_deref(),
+            json,
         };
         // Boxed: a request's task keeps the room of its largest phase for as long as it lives,
         // and a parked call's lives until the retry.
@@ -428,9 +424,10 @@ fn has_session(ids: &Mutex<Ids>) -> bool {
 /// notification). An error means the session is gone; any other refusal is logged, since the
 /// backend may be waiting for the message and the call's deadline covers that.
 async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
+    let json = serde_json::to_vec(msg).map_err(|e| format!("cannot encode a message: {e}"))?;
     let resp = ep
         .link
-        .exchange(Method::POST, &ep.url, &post_headers(&ep.ids), Some(msg))
+        .exchange(Method::POST, &ep.url, &post_headers(&ep.ids), Some(&json))
         .await;
     let failure = match resp {
         Ok(r) if r.status().is_success() => return Ok(()),
@@ -459,7 +456,7 @@ impl super::session::Direct for Direct {
         &self,
         id: Id,
         method: String,
-        msg: Value,
+        msg: Vec<u8>,
         sink: Sink,
         mark: Option<Mark>,
     ) -> BoxFuture<'static, ()> {
@@ -513,6 +510,8 @@ impl Transport for StreamableHttp {
                 // tasks end with it.
                 let sink = self.ep.link.inbound.clone();
                 let stop = self.ep.link.stop.clone();
+                let msg = serde_json::to_vec(&msg)
+                    .map_err(|e| format!("cannot encode a message: {e}"))?;
                 let request = unless_closed(self.ep.clone(), sink, id, method, msg, None);
                 self.tasks.spawn(async move {
                     tokio::select! {
@@ -578,7 +577,7 @@ async fn unless_closed(
     sink: Sink,
     id: Id,
     method: String,
-    msg: Value,
+    msg: Vec<u8>,
     mark: Option<Mark>,
 ) {
     if ep.link.stop.is_cancelled() {
@@ -590,7 +589,14 @@ async fn unless_closed(
 }
 
 /// One request's POST and everything its answer carries.
-async fn request(ep: &Endpoint, sink: &Sink, id: Id, method: &str, msg: Value, mark: Option<Mark>) {
+async fn request(
+    ep: &Endpoint,
+    sink: &Sink,
+    id: Id,
+    method: &str,
+    msg: Vec<u8>,
+    mark: Option<Mark>,
+) {
     let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
     let fail = |reason: String| Inbound::Failed {
         id: id.clone(),

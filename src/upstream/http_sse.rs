@@ -140,13 +140,14 @@ impl Transport for HttpSse {
             .get("method")
             .and(msg.get("id"))
             .and_then(|v| serde_json::from_value::<crate::jsonrpc::Id>(v.clone()).ok());
+        let json = serde_json::to_vec(&msg).map_err(|e| format!("cannot encode a message: {e}"))?;
         let headers = [(
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         )];
         let failure = match self
             .link
-            .exchange(Method::POST, &self.endpoint, &headers, Some(&msg))
+            .exchange(Method::POST, &self.endpoint, &headers, Some(&json))
             .await
         {
             Ok(r) if r.status().is_success() => return Ok(()),

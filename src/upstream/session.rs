@@ -521,12 +521,7 @@ impl Session {
             })
             .await?;
         }
-        let msg = Message::Request {
-            id: id.clone(),
-            method: method.to_owned(),
-            params,
-        }
-        .into_value();
+        let msg = crate::jsonrpc::request_text(&id, method, params.as_ref());
         let (sink, own) = mpsc::channel(CALL_EVENTS);
         let mark = direct.releases_parked().then(Mark::default);
         let pump = direct.post(id.clone(), method.to_owned(), msg, sink, mark.clone());
@@ -881,13 +876,13 @@ pub(crate) type Mark = Arc<std::sync::Mutex<Option<String>>>;
 
 /// Requests sent by the calls themselves (Streamable HTTP: one POST and answer stream each).
 pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
-    /// Sends `msg` and delivers everything its answer carries to `sink`, noting in `mark` the
+    /// Sends `msg` (a request's JSON text) and delivers everything its answer carries to `sink`, noting in `mark` the
     /// last event delivered, until the answer is complete.
     fn post(
         &self,
         id: Id,
         method: String,
-        msg: Value,
+        msg: Vec<u8>,
         sink: mpsc::Sender<Box<Inbound>>,
         mark: Option<Mark>,
     ) -> futures_util::future::BoxFuture<'static, ()>;
@@ -1213,7 +1208,7 @@ mod tests {
             &self,
             id: Id,
             _method: String,
-            _msg: Value,
+            _msg: Vec<u8>,
             sink: mpsc::Sender<Box<Inbound>>,
             _mark: Option<Mark>,
         ) -> BoxFuture<'static, ()> {
