@@ -394,7 +394,15 @@ fn parse_one(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
             _ => Err(FrameError::Shape("a message must be a JSON object".into())),
         };
     }
-    let fields: Fields = match serde_json::from_slice(bytes) {
+    // Checked as UTF-8 once, as a whole: read from bytes, each string is checked on its own.
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            check_depth(bytes, max_depth)?;
+            return Err(FrameError::Parse(format!("not UTF-8 text: {e}")));
+        }
+    };
+    let fields: Fields = match serde_json::from_str(text) {
         Ok(fields) => fields,
         Err(e) => {
             check_depth(bytes, max_depth)?;
@@ -738,6 +746,14 @@ mod tests {
     #[test]
     fn malformed_json_is_a_parse_error() {
         assert_eq!(parse(b"{nope", 8).unwrap_err().code(), PARSE_ERROR);
+        let not_utf8 = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\xff\"}";
+        let err = parse(not_utf8, 8).unwrap_err();
+        assert!(
+            matches!(&err, FrameError::Parse(m) if m.contains("UTF-8")),
+            "{err:?}"
+        );
+        let deep = b"{\"a\":[[[[\"\xff\"]]]]}";
+        assert_eq!(parse(deep, 3).unwrap_err(), FrameError::TooDeep(3));
     }
 
     #[test]
