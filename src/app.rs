@@ -290,23 +290,62 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for PlainFields {
         mut writer: tracing_subscriber::fmt::format::Writer<'w>,
         fields: R,
     ) -> std::fmt::Result {
+        let mut staged = Staged {
+            out: &mut writer,
+            buf: [0; STAGED],
+            len: 0,
+        };
         let mut visitor = PlainVisitor {
-            writer: &mut writer,
+            writer: &mut staged,
             separator: "",
             result: Ok(()),
         };
         fields.record(&mut visitor);
-        visitor.result
+        visitor.result.and_then(|()| staged.flush())
     }
 }
 
-struct PlainVisitor<'a, 'w> {
-    writer: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+/// How much of a record's fields is gathered before it is written on.
+const STAGED: usize = 256;
+
+/// Text gathered on the stack and written on in pieces of up to [`STAGED`] bytes: a span's
+/// fields go into a string of their own, which would otherwise grow again at each field.
+struct Staged<'a, 'w> {
+    out: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+    buf: [u8; STAGED],
+    len: usize,
+}
+
+impl Staged<'_, '_> {
+    fn flush(&mut self) -> std::fmt::Result {
+        let len = std::mem::take(&mut self.len);
+        // Whole strings only were put in.
+        let text = std::str::from_utf8(&self.buf[..len]).map_err(|_| std::fmt::Error)?;
+        self.out.write_str(text)
+    }
+}
+
+impl std::fmt::Write for Staged<'_, '_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.len + s.len() > STAGED {
+            self.flush()?;
+            if s.len() > STAGED {
+                return self.out.write_str(s);
+            }
+        }
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
+    }
+}
+
+struct PlainVisitor<'a> {
+    writer: &'a mut dyn std::fmt::Write,
     separator: &'static str,
     result: std::fmt::Result,
 }
 
-impl tracing::field::Visit for PlainVisitor<'_, '_> {
+impl tracing::field::Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
         if field.name() == "message" {
             self.record_debug(field, &format_args!("{value}"))
@@ -354,6 +393,9 @@ mod tests {
             );
             span.record("park", 3_u64);
             span.in_scope(|| tracing::warn!(ok = true, ratio = 0.5, "a \"message\" {}", 1));
+            // Fields longer than what is gathered before it is written on, and across it.
+            let long = "é".repeat(100);
+            tracing::warn!(first = %long, second = %long, third = %long);
         };
         if plain {
             tracing::subscriber::with_default(builder.fmt_fields(PlainFields).finish(), emit);
@@ -384,6 +426,11 @@ mod tests {
                 "request{method=tools/call id=7 type=\"quoted\" park=3}: \
                  mrtr_gateway::app::tests: a \"message\" 1 ok=true ratio=0.5"
             ),
+            "{plain}"
+        );
+        let long = "é".repeat(100);
+        assert!(
+            plain.contains(&format!("first={long} second={long} third={long}")),
             "{plain}"
         );
     }
