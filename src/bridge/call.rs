@@ -411,6 +411,7 @@ impl Task {
                             outcome,
                         )))
                         .await;
+                    crate::wake::behind_woken().await;
                     return;
                 }
                 Step::ClientGone => {
