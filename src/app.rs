@@ -360,12 +360,15 @@ impl tracing::field::Visit for PlainVisitor<'_> {
             return;
         }
         let separator = std::mem::replace(&mut self.separator, " ");
-        self.result = if name == "message" {
-            write!(self.writer, "{separator}{value:?}")
-        } else {
-            let name = name.strip_prefix("r#").unwrap_or(name);
-            write!(self.writer, "{separator}{name}={value:?}")
-        };
+        // The fixed parts written as they are: only the value needs the formatting machinery.
+        let w = &mut *self.writer;
+        self.result = w.write_str(separator).and_then(|()| {
+            if name != "message" {
+                w.write_str(name.strip_prefix("r#").unwrap_or(name))?;
+                w.write_char('=')?;
+            }
+            write!(w, "{value:?}")
+        });
     }
 }
 
