@@ -254,7 +254,8 @@ fn encode(req: &Request<'_>) -> Result<Vec<u8>, Error> {
     }
     if req.json.is_some() || req.method == Method::POST {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(body.len().to_string().as_bytes());
+        // Into the request's own buffer (a `Vec` takes any write).
+        let _ = std::io::Write::write_fmt(&mut out, format_args!("{}", body.len()));
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
