@@ -552,8 +552,17 @@ did not move beyond the noise (means of 158.1 and 155.6 µs); formatting the fie
 logs that go to no terminal without the colour wrappers the default formatter puts around each \
 field name (the same text), to 90.1k; writing each upstream request straight from its parts \
 (no request header map built, filled and dropped), looking the client's headers up by names \
-made once, and parsing no response head before the first read, to 86.6k. Where the time goes \
-on the path itself: \
+made once, and parsing no response head before the first read, to 86.6k; keeping from a \
+backend's response head only the headers the gateway reads, writing a request's own headers \
+from a short list and the request itself as text from its parts, checking a message's UTF-8 \
+once as a whole, and gathering text log fields on the stack, to 78.2k. A timer due within a \
+second on each shard keeps tokio from waking its own driver (an eventfd write and an empty \
+`epoll_wait`) each time a connection's header-read deadline is set after a reply: two system \
+calls fewer per request on an idle shard. A finished call's task yields once after handing its \
+reply over, so the client's connection writes the reply before the call's own end (its session \
+given back, its state dropped, its span closed) runs; in three alternating pairs of short runs \
+what the gateway adds beyond the byte relay at p50 went from a mean of 38.1 to 32.7 µs. Where \
+the time goes on the path itself: \
 the gateway's system calls traced at 2,000 req/s (`perf record` of `recvfrom`, `sendto` and \
 `writev`, 7,360 calls, on the build before the result pass-through) put 31 µs at p50 (42 µs at p90) between reading a request and writing \
 it upstream, and 24 µs (37 µs) between reading the backend's answer and writing the reply, \
