@@ -587,7 +587,7 @@ two CPUs with other work (load average above). The p99 is that wait at its worst
             " A byte relay in the gateway's place, doing no work but copying, added {} at p50 \
 and {} at p99 with {} of CPU per call: what the extra process on the path costs by itself. \
 Beyond the relay, the gateway's own work added {} at p50; the relay's figure moves with the \
-machine's speed from run to run (between 78 and 144 µs at p50 in the full runs of 2026-12-06), and the \
+machine's speed from run to run (between 78 and 147 µs at p50 in the full runs of 2026-12-06), and the \
 gateway's moves with it.",
             us(rl.load.latency.p50_us - r.direct.latency.p50_us),
             us(rl.load.latency.p99_us - r.direct.latency.p99_us),
