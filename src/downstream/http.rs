@@ -9,6 +9,7 @@ use crate::config::PrincipalSource;
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message, Payload};
 use crate::listener::{BodyError, read_body};
 use crate::metrics::{self, Metrics, Outcome};
+use crate::protocol::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest};
@@ -330,10 +331,6 @@ fn unsupported(id: &Id, requested: &str) -> Refusal {
     )
     .with_data(json!({"supported": [MODERN], "requested": requested}))
 }
-
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, String> {
     match headers.get(name) {

@@ -14,6 +14,17 @@ pub fn is_legacy(version: &str) -> bool {
     LEGACY.contains(&version)
 }
 
+/// Header names of MCP's Streamable HTTP, made once: a name given as text is parsed, and one
+/// that is not a standard HTTP header allocated, at each use.
+pub mod header {
+    use http::HeaderName;
+
+    pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+    pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+}
+
 /// Methods that may answer `InputRequiredResult` (and so may carry `inputResponses`).
 pub fn is_mrtr_method(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")

@@ -280,7 +280,7 @@ struct Head {
 /// The response headers the gateway reads, besides those that frame the body.
 static READ: [HeaderName; 2] = [
     header::CONTENT_TYPE,
-    HeaderName::from_static("mcp-session-id"),
+    crate::protocol::header::MCP_SESSION_ID,
 ];
 
 /// Reads until a final response head is complete (informational ones are skipped). Returns it

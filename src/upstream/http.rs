@@ -15,6 +15,7 @@ use super::h1::{self, Body};
 use super::session::{Inbound, Mark, Transport};
 use crate::config::Http as Config;
 use crate::jsonrpc::{self, Id, Message};
+use crate::protocol::header::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::sse::{self, DecodeError};
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
@@ -371,10 +372,7 @@ impl StreamableHttp {
     }
 }
 
-/// Names of the session's headers, made once: a name given as text is parsed, and a name that
-/// is not a standard one allocated, at each use.
-const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+/// Made once, as the MCP header names are ([`crate::protocol::header`]).
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// A request's own headers (the configured ones aside): a few, each named once, written in
