@@ -418,11 +418,16 @@ fn has_session(ids: &Mutex<Ids>) -> bool {
     ids.lock().expect("ids lock").session.is_some()
 }
 
+/// A message's JSON text, as a body for the backend.
+pub(crate) fn encode(msg: &Value) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(msg).map_err(|e| format!("cannot encode a message: {e}"))
+}
+
 /// POSTs a message that opens no answer stream (a response to the backend's request, or a
 /// notification). An error means the session is gone; any other refusal is logged, since the
 /// backend may be waiting for the message and the call's deadline covers that.
 async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
-    let json = serde_json::to_vec(msg).map_err(|e| format!("cannot encode a message: {e}"))?;
+    let json = encode(msg)?;
     let resp = ep
         .link
         .exchange(Method::POST, &ep.url, &post_headers(&ep.ids), Some(&json))
@@ -508,8 +513,7 @@ impl Transport for StreamableHttp {
                 // tasks end with it.
                 let sink = self.ep.link.inbound.clone();
                 let stop = self.ep.link.stop.clone();
-                let msg = serde_json::to_vec(&msg)
-                    .map_err(|e| format!("cannot encode a message: {e}"))?;
+                let msg = encode(&msg)?;
                 let request = unless_closed(self.ep.clone(), sink, id, method, msg, None);
                 self.tasks.spawn(async move {
                     tokio::select! {

@@ -4,7 +4,7 @@
 //! pool starts (and initializes) a new one for the next call.
 
 use super::Error;
-use super::http::{Link, content_type, deliver, report, status_failure};
+use super::http::{Link, content_type, deliver, encode, report, status_failure};
 use super::session::{Inbound, Transport};
 use http::{HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
@@ -140,7 +140,7 @@ impl Transport for HttpSse {
             .get("method")
             .and(msg.get("id"))
             .and_then(|v| serde_json::from_value::<crate::jsonrpc::Id>(v.clone()).ok());
-        let json = serde_json::to_vec(&msg).map_err(|e| format!("cannot encode a message: {e}"))?;
+        let json = encode(&msg)?;
         let headers = [(
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),

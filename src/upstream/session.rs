@@ -876,8 +876,8 @@ pub(crate) type Mark = Arc<std::sync::Mutex<Option<String>>>;
 
 /// Requests sent by the calls themselves (Streamable HTTP: one POST and answer stream each).
 pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
-    /// Sends `msg` (a request's JSON text) and delivers everything its answer carries to `sink`, noting in `mark` the
-    /// last event delivered, until the answer is complete.
+    /// Sends `msg` (a request's JSON text) and delivers everything its answer carries to
+    /// `sink`, noting in `mark` the last event delivered, until the answer is complete.
     fn post(
         &self,
         id: Id,
