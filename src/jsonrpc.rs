@@ -395,18 +395,15 @@ fn parse_one(bytes: &[u8], max_depth: usize) -> Result<Message, FrameError> {
         };
     }
     // Checked as UTF-8 once, as a whole: read from bytes, each string is checked on its own.
-    let text = match std::str::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(e) => {
-            check_depth(bytes, max_depth)?;
-            return Err(FrameError::Parse(format!("not UTF-8 text: {e}")));
-        }
+    let read = match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str::<Fields>(text).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("not UTF-8 text: {e}")),
     };
-    let fields: Fields = match serde_json::from_str(text) {
+    let fields = match read {
         Ok(fields) => fields,
         Err(e) => {
             check_depth(bytes, max_depth)?;
-            return Err(FrameError::Parse(e.to_string()));
+            return Err(FrameError::Parse(e));
         }
     };
     if fields.nests_deeper(max_depth) {

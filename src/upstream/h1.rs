@@ -414,10 +414,13 @@ fn framing(
     version: Version,
     lines: &[httparse::Header<'_>],
 ) -> Result<(Framing, bool), Error> {
-    let values = |name: HeaderName| {
+    let named = |name: HeaderName| {
         lines
             .iter()
             .filter(move |h| h.name.eq_ignore_ascii_case(name.as_str()))
+    };
+    let values = |name: HeaderName| {
+        named(name)
             .flat_map(|h| h.value.split(|&b| b == b','))
             .map(<[u8]>::trim_ascii)
     };
@@ -426,11 +429,7 @@ fn framing(
     if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Framing::Length(0), reusable));
     }
-    let has = |name: HeaderName| {
-        lines
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case(name.as_str()))
-    };
+    let has = |name: HeaderName| named(name).next().is_some();
     if has(header::TRANSFER_ENCODING) {
         // Both framings at once is how requests get smuggled: believe the coding, keep nothing.
         if has(header::CONTENT_LENGTH) {
