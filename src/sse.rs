@@ -111,25 +111,27 @@ impl Bound {
     }
 
     fn feed(&mut self, chunk: Bytes) -> Result<Bytes, std::io::Error> {
-        for &b in chunk.iter() {
-            match b {
-                b'\n' => {
-                    if self.line_empty {
-                        self.in_event = 0;
-                    }
-                    self.line_empty = true;
-                }
-                b'\r' => {}
-                _ => {
-                    self.line_empty = false;
-                    self.in_event += 1;
-                    if self.in_event > self.max {
-                        return Err(std::io::Error::other(TooLarge(self.max)));
-                    }
+        let mut rest = &chunk[..];
+        loop {
+            let end = memchr::memchr(b'\n', rest);
+            let line = &rest[..end.unwrap_or(rest.len())];
+            let counted = line.len() - memchr::memchr_iter(b'\r', line).count();
+            if counted > 0 {
+                self.line_empty = false;
+                self.in_event += counted;
+                if self.in_event > self.max {
+                    return Err(std::io::Error::other(TooLarge(self.max)));
                 }
             }
+            let Some(end) = end else {
+                return Ok(chunk);
+            };
+            if self.line_empty {
+                self.in_event = 0;
+            }
+            self.line_empty = true;
+            rest = &rest[end + 1..];
         }
-        Ok(chunk)
     }
 }
 
@@ -217,6 +219,76 @@ mod tests {
         assert_eq!(got[0].as_ref().unwrap().data, "ok");
         assert_eq!(got[1], Err(DecodeError::TooLarge(64)));
         assert_eq!(got.len(), 2);
+    }
+
+    /// The rule `Bound` keeps, a byte at a time: bytes other than `\r` since the last blank
+    /// line, and whether that count passed the limit at the end of each chunk.
+    fn counted_a_byte_at_a_time(max: usize, chunks: &[Vec<u8>]) -> Vec<bool> {
+        let (mut in_event, mut line_empty) = (0, true);
+        let mut ok = Vec::new();
+        for chunk in chunks {
+            for &b in chunk {
+                match b {
+                    b'\n' => {
+                        if line_empty {
+                            in_event = 0;
+                        }
+                        line_empty = true;
+                    }
+                    b'\r' => {}
+                    _ => {
+                        line_empty = false;
+                        in_event += 1;
+                    }
+                }
+                if in_event > max {
+                    ok.push(false);
+                    return ok;
+                }
+            }
+            ok.push(true);
+        }
+        ok
+    }
+
+    #[test]
+    fn the_bound_counts_as_a_byte_at_a_time_across_any_split() {
+        // A fixed pseudo-random walk over text of `x`, `\r` and `\n`, cut at random places.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..2000 {
+            let max = 1 + next(12) as usize;
+            let text: Vec<u8> = (0..next(60))
+                .map(|_| [b'x', b'x', b'x', b'\r', b'\n'][next(5) as usize])
+                .collect();
+            let mut chunks = Vec::new();
+            let mut rest = &text[..];
+            while !rest.is_empty() {
+                let at = 1 + next(rest.len() as u64) as usize;
+                chunks.push(rest[..at].to_vec());
+                rest = &rest[at..];
+            }
+            let mut bound = Bound::new(max);
+            let mut got = Vec::new();
+            for chunk in &chunks {
+                let ok = bound.feed(Bytes::from(chunk.clone())).is_ok();
+                got.push(ok);
+                if !ok {
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&text);
+            assert_eq!(
+                got,
+                counted_a_byte_at_a_time(max, &chunks),
+                "{text:?} {max}"
+            );
+        }
     }
 
     #[tokio::test]
