@@ -108,10 +108,12 @@ fn config_error(e: &crate::config::ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-/// The built-in legacy server's runtime: tokio's default (one worker per CPU,
-/// `TOKIO_WORKER_THREADS`).
+/// The built-in legacy server's runtime: one thread, as the servers it stands for run (the
+/// Python and TypeScript SDKs serve from one event loop). On tokio's work-stealing runtime
+/// each request also woke an idle worker to look for work, which took CPU time from the
+/// processes it shares a machine with in the benchmarks.
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime")

@@ -409,7 +409,8 @@ gateway (RSS {} KiB before parking):\n\n| parked | gateway RSS | per parked call
 `benches/load/`), which writes this file.\n\
 - Everything runs on 127.0.0.1 on this machine: the load client (a tokio runtime with two \
 workers), the gateway (release binary started as a child with a generated config, address read \
-from its `listening on` line) and the fixture backend (`mrtr-gateway legacy-server`). They share \
+from its `listening on` line) and the fixture backend (`mrtr-gateway legacy-server`, on one thread, as the SDK servers it \
+stands for serve). They share \
 the {cpus} CPUs, so every figure includes contention between them.\n\
 - The baseline and the gateway are measured in the same run, alternating in {slices} slices \
 each for (a) and for (b), so both sides see the same machine (it is shared, and the load of \
