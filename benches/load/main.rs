@@ -941,12 +941,24 @@ async fn parked_memory(
     Ok(memory)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The relay (see `relay.rs`) on one thread; the load client on two workers, so that a
+    // response's handling does not queue behind another's.
     if let Some(target) = args.relay_to {
-        return relay::serve(target).await;
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(relay::serve(target));
     }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(harness(args))
+}
+
+async fn harness(args: Args) -> anyhow::Result<()> {
     let results = match &args.render {
         Some(path) => serde_json::from_slice(&std::fs::read(path)?)
             .with_context(|| format!("read results from {}", path.display()))?,

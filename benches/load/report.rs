@@ -440,7 +440,7 @@ as the issue defines it (retry received to reply written, beyond the backend's o
 is the stretch from answer written to result read). It leaves out the client's HTTP exchange \
 with the gateway, which the end-to-end figure also counts.\n\
 - Byte relay (HTTP backend): a process that only copies bytes between a client's connection and \
-the fixture (`benches/load/relay.rs`, tokio with two worker threads, as the gateway has two shards), in the gateway's \
+the fixture (`benches/load/relay.rs`, on one thread: the leanest relay, with no hand-over between threads), in the gateway's \
 place. The direct client's (a) and (b) are run through it too, in the same alternation: it shows \
 what one more process on the path costs on this machine before any proxy does any work.\n\
 - (c) After (a) and (b), with the gateway idle (`pool_max` and `max_parked_*` raised, \
