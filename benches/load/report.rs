@@ -562,7 +562,23 @@ second on each shard keeps tokio from waking its own driver (an eventfd write an
 calls fewer per request on an idle shard. A finished call's task yields once after handing its \
 reply over, so the client's connection writes the reply before the call's own end (its session \
 given back, its state dropped, its span closed) runs; in three alternating pairs of short runs \
-what the gateway adds beyond the byte relay at p50 went from a mean of 38.1 to 32.7 µs. Where \
+what the gateway adds beyond the byte relay at p50 went from a mean of 38.1 to 32.7 µs. \
+Counted again at 78.1k, finding the line ends of a backend's events with `memchr` instead of \
+looking at each byte, and allocating with mimalloc 2 instead of 3 (3 serves Rust's aligned \
+requests of sizes that are not powers of two by over-allocating into a larger size class, so \
+that their own free lists stay empty: about 15 slow allocations per call), took it to 76.6k; \
+in three alternating pairs of short runs mimalloc 2 against 3 left what the gateway adds at p50 \
+within the noise (128, 149 and 127 µs against 148, 119 and 146 µs) and its p99 no worse, and a \
+parked call holds the same or less (13.6 against 14.5 KiB at 1,000 parked, 13.7 at 10,000). \
+The fixture serves from one thread, as the Python and TypeScript SDK servers it stands for do; \
+on tokio's work-stealing runtime it used before, each request also woke an idle worker, which \
+took CPU time from the gateway and the client on the same two CPUs: in three alternating pairs \
+of short runs the fixture's CPU per call went from 102 to 106 µs to 71 to 75 µs, the gateway's \
+wait for a CPU per call from 82 to 88 µs to 66 to 69 µs, and what the gateway adds at p50 from \
+171, 169 and 150 µs to 143, 147 and 153 µs (the direct client's own p50 fell by 15 to 28 µs). \
+The byte relay runs on one thread too: on two work-stealing workers, as before, its floor was \
+15 to 30 µs higher at p50 (86, 104 and 105 µs against 73, 71 and 90 µs in three alternating \
+pairs), which made the figure beyond it look smaller than it is. Where \
 the time goes on the path itself: \
 the gateway's system calls traced at 2,000 req/s (`perf record` of `recvfrom`, `sendto` and \
 `writev`, 7,360 calls, on the build before the result pass-through) put 31 µs at p50 (42 µs at p90) between reading a request and writing \
@@ -588,7 +604,8 @@ two CPUs with other work (load average above). The p99 is that wait at its worst
             " A byte relay in the gateway's place, doing no work but copying, added {} at p50 \
 and {} at p99 with {} of CPU per call: what the extra process on the path costs by itself. \
 Beyond the relay, the gateway's own work added {} at p50; the relay's figure moves with the \
-machine's speed from run to run (between 78 and 147 µs at p50 in the full runs of 2026-12-06), and the \
+machine's speed from run to run (on one thread, between 102 and 107 µs at p50 in the full runs of \
+2026-12-06 and 71 to 100 µs in short ones; on two workers, as before, 78 to 147 µs), and the \
 gateway's moves with it.",
             us(rl.load.latency.p50_us - r.direct.latency.p50_us),
             us(rl.load.latency.p99_us - r.direct.latency.p99_us),
