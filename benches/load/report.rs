@@ -578,7 +578,12 @@ wait for a CPU per call from 82 to 88 µs to 66 to 69 µs, and what the gateway 
 171, 169 and 150 µs to 143, 147 and 153 µs (the direct client's own p50 fell by 15 to 28 µs). \
 The byte relay runs on one thread too: on two work-stealing workers, as before, its floor was \
 15 to 30 µs higher at p50 (86, 104 and 105 µs against 73, 71 and 90 µs in three alternating \
-pairs), which made the figure beyond it look smaller than it is. Where \
+pairs), which made the figure beyond it look smaller than it is. Split at its system calls \
+(callgrind dumping its counts before each `epoll_wait`, `send` and `writev`, at 78.9k), a \
+call's instructions fall 41.8k between the client's request becoming readable and the request \
+going upstream, 27.5k between the backend's answer becoming readable and the reply, and 7.7k \
+after the two writes: nearly all of the gateway's work is on the call's path, so only doing \
+less of it shortens the call. Where \
 the time goes on the path itself: \
 the gateway's system calls traced at 2,000 req/s (`perf record` of `recvfrom`, `sendto` and \
 `writev`, 7,360 calls, on the build before the result pass-through) put 31 µs at p50 (42 µs at p90) between reading a request and writing \
@@ -604,7 +609,7 @@ two CPUs with other work (load average above). The p99 is that wait at its worst
             " A byte relay in the gateway's place, doing no work but copying, added {} at p50 \
 and {} at p99 with {} of CPU per call: what the extra process on the path costs by itself. \
 Beyond the relay, the gateway's own work added {} at p50; the relay's figure moves with the \
-machine's speed from run to run (on one thread, between 102 and 107 µs at p50 in the full runs of \
+machine's speed from run to run (on one thread, between 83 and 107 µs at p50 in the full runs of \
 2026-12-06 and 71 to 100 µs in short ones; on two workers, as before, 78 to 147 µs), and the \
 gateway's moves with it.",
             us(rl.load.latency.p50_us - r.direct.latency.p50_us),
