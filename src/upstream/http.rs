@@ -375,6 +375,12 @@ impl StreamableHttp {
 /// Made once, as the MCP header names are ([`crate::protocol::header`]).
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
+/// `Accept` of a POST: its answer may be a JSON message or an event stream.
+pub(crate) const ACCEPT_ANSWER: HeaderValue =
+    HeaderValue::from_static("application/json, text/event-stream");
+/// `Accept` of a GET for an event stream.
+pub(crate) const ACCEPT_STREAM: HeaderValue = HeaderValue::from_static("text/event-stream");
+
 /// A request's own headers (the configured ones aside): a few, each named once, written in
 /// order.
 type Headers = Vec<(HeaderName, HeaderValue)>;
@@ -394,20 +400,14 @@ fn session_headers(ids: &Mutex<Ids>) -> Headers {
 
 fn post_headers(ids: &Mutex<Ids>) -> Headers {
     let mut h = session_headers(ids);
-    h.push((
-        header::ACCEPT,
-        HeaderValue::from_static("application/json, text/event-stream"),
-    ));
+    h.push((header::ACCEPT, ACCEPT_ANSWER));
     h
 }
 
 /// The headers of a GET for an event stream, resumed after `last` if given.
 fn stream_headers(ids: &Mutex<Ids>, last: Option<&str>) -> Headers {
     let mut h = session_headers(ids);
-    h.push((
-        header::ACCEPT,
-        HeaderValue::from_static("text/event-stream"),
-    ));
+    h.push((header::ACCEPT, ACCEPT_STREAM));
     if let Some(v) = last.and_then(|l| HeaderValue::from_str(l).ok()) {
         h.push((LAST_EVENT_ID, v));
     }

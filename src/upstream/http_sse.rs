@@ -4,9 +4,11 @@
 //! pool starts (and initializes) a new one for the next call.
 
 use super::Error;
-use super::http::{Link, content_type, deliver, encode, report, status_failure};
+use super::http::{
+    ACCEPT_ANSWER, ACCEPT_STREAM, Link, content_type, deliver, encode, report, status_failure,
+};
 use super::session::{Inbound, Transport};
-use http::{HeaderValue, Method, StatusCode, Uri, header};
+use http::{Method, StatusCode, Uri, header};
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -31,10 +33,7 @@ impl HttpSse {
             backend: link.backend.clone(),
             reason,
         };
-        let headers = [(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        )];
+        let headers = [(header::ACCEPT, ACCEPT_STREAM)];
         let resp = link
             .exchange(Method::GET, url, &headers, None)
             .await
@@ -141,10 +140,7 @@ impl Transport for HttpSse {
             .and(msg.get("id"))
             .and_then(|v| serde_json::from_value::<crate::jsonrpc::Id>(v.clone()).ok());
         let json = encode(&msg)?;
-        let headers = [(
-            header::ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        )];
+        let headers = [(header::ACCEPT, ACCEPT_ANSWER)];
         let failure = match self
             .link
             .exchange(Method::POST, &self.endpoint, &headers, Some(&json))
