@@ -491,16 +491,21 @@ readings, and each change that moved a figure with what it moved, are in \
         s,
         "- (a) The gateway added {} at p50 (target 150 µs: {}) and {} at p99 (target 1 ms: {}). \
 Its part of a call is reading and checking the client's request (`jsonrpc::parse` is {} for a \
-small body), one HTTP exchange with the backend over a pooled keep-alive connection, and \
-writing the reply, all on the shard thread that serves the client's connection. Per call it \
-spent {} on a CPU, and its threads {} runnable but waiting for one; the backend spent {} per call \
-(directly: {}).{}{}",
+small body), {}, and writing the reply. Per call it spent {} on a CPU, and its threads {} runnable \
+but waiting for one; the backend spent {} per call (directly: {}).{}{}",
         us(add_p50),
         verdict(add_p50, 150.0),
         us(add_p99),
         verdict(add_p99, 1000.0),
         criterion_median_ns(criterion, "jsonrpc_parse/tools_call_small")
             .map_or("(not measured)".into(), duration),
+        if stdio {
+            "one exchange with a backend child over its stdin and stdout, through the task of \
+the child's session"
+        } else {
+            "one HTTP exchange with the backend over a pooled keep-alive connection, all on the \
+shard thread that serves the client's connection"
+        },
         us(g.gateway_run_us),
         us(g.gateway_wait_us),
         us(g.backend_run_us),
@@ -523,9 +528,19 @@ about the machine than about either side."
             ""
         },
     );
-    let _ = writeln!(
-        s,
-        " What bounds it: two more wake-ups of a process per call (the request arrives at a \
+    if stdio {
+        let _ = writeln!(
+            s,
+            " What bounds it: every hop on the way (the client's connection to the gateway, the \
+session's task, the child's pipes, and back) waits for one of two virtual CPUs shared by the \
+load client, the gateway, the child and other work, and the child itself spent more CPU per call \
+through the gateway than for the direct client (above). This run has no byte relay to tell the \
+gateway's own part from the extra hop; `benches/run.sh`, with the HTTP backend, has one."
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            " What bounds it: two more wake-ups of a process per call (the request arrives at a \
 sleeping shard, and so does the backend's answer), the gateway's CPU time, and the wait for a \
 CPU, on two virtual CPUs shared by the load client, the gateway, the backend and other work. \
 About half of the gateway's CPU time is in the kernel (context switches and wake-ups, then \
@@ -534,7 +549,8 @@ instructions fall on the call's path, spread over hyper's server, `serde_json`, 
 and its own code, no one part large (profiled, not rerun here: see FINDINGS.md). The p99 is the \
 wait for a CPU at its worst: it moves with the machine's load (load average above) more than \
 with the gateway."
-    );
+        );
+    }
     if let Some(t) = &r.threads {
         let _ = writeln!(
             s,
@@ -595,8 +611,7 @@ end to end, beyond the backend's own time: {} at p50, against 200 µs: {}. ",
     let _ = writeln!(
         s,
         "- (b) {inside}The round reads and checks the retry, opens the state ({open}), hands the \
-answers to the parked call's task, which POSTs them upstream over a pooled keep-alive \
-connection, and hands the result, when it arrives on the call's still-open POST stream, to the \
+answers to the parked call's task, which {}, and hands the result, when it arrives, to the \
 client's connection. Its JSON and crypto work is a few microseconds (one whole round of \
 translate, seal, build and serialize is {round_cpu} in criterion, which runs hot); what bounds \
 it is the rest: hand-overs between tasks, waking a shard thread that has gone to sleep between \
@@ -604,6 +619,12 @@ sequential rounds, on cold caches, and the system calls themselves. The gateway'
 call (both requests) was {}, and its threads waited {} for a CPU. End to end the client sees {} \
 more than the direct client at p50, which also counts the client's own HTTP exchange with the \
 gateway{relay}.",
+        if stdio {
+            "writes them to the backend child's stdin through its session's task"
+        } else {
+            "POSTs them upstream over a pooled keep-alive connection (the tool's result comes on \
+the call's still-open POST stream)"
+        },
         us(r.resume_gateway_cpu.gateway_run_us),
         us(r.resume_gateway_cpu.gateway_wait_us),
         us(resume_p50),
