@@ -410,6 +410,59 @@ async fn a_parked_call_lets_a_numbered_stream_go_until_its_retry() {
 }
 
 #[tokio::test]
+async fn a_result_a_picked_up_stream_missed_comes_with_the_next_pick_up() {
+    // The backend keeps the tool's result for replay but sends it on no connection, as an SDK
+    // server may do with an event written while a GET takes its stream over. The GET stays open
+    // and quiet: only picking the stream up again brings the result, well before the deadline.
+    let fx = Fixture::http(&["--resume-gap"]).await;
+    let gw = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "[limits]\nrequest_timeout = \"10s\"\n",
+        "",
+    )
+    .await;
+    let c = gw.client();
+    // The tool works on after the answer, so its result comes after the pick-up.
+    let args = json!({"then_ms": 300});
+    let first = c
+        .call_tool("ask_form", args.clone(), &json!({"elicitation": {}}))
+        .await;
+    let started = std::time::Instant::now();
+    let done = answer_ada(&c, args, &first).await;
+    assert_eq!(done.tool_json(), ada(), "{:#}", done.body);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the result came only after {:?}",
+        started.elapsed()
+    );
+    let resumed = resumed_streams(&fx);
+    assert!(
+        resumed.len() >= 2,
+        "picked up, then picked up again: {resumed:#?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_picked_up_stream_that_stays_quiet_for_a_long_tool_is_picked_up_again_harmlessly() {
+    let fx = Fixture::http(&["--event-ids"]).await;
+    let gw = over_http(&fx).await;
+    let c = gw.client();
+    // Quiet for over two seconds after the pick-up: picked up again twice meanwhile.
+    let args = json!({"then_ms": 2500});
+    let first = c
+        .call_tool("ask_form", args.clone(), &json!({"elicitation": {}}))
+        .await;
+    let done = answer_ada(&c, args, &first).await;
+    assert_eq!(done.tool_json(), ada(), "{:#}", done.body);
+    let resumed = resumed_streams(&fx);
+    assert!(resumed.len() >= 3, "picked up three times: {resumed:#?}");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn parked_calls_that_let_their_stream_go_are_counted_until_their_retry() {
     let parked_released = |s: &Scrape| s.get("mrtr_parked_released_streams", &[]);
     for (release, counted) in [("", 1.0), ("release_parked_streams = false\n", 0.0)] {

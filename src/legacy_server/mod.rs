@@ -99,6 +99,12 @@ pub struct HttpOptions {
     /// `Last-Event-ID` (implied by `--close-post-early`).
     #[arg(long)]
     pub event_ids: bool,
+    /// A stream picked up with `Last-Event-ID` misses the first event written to it after the
+    /// pick-up: kept for replay, sent on no connection, as an SDK server may lose an event
+    /// written between its replay and the hand-over to the new connection. Implies
+    /// `--event-ids`.
+    #[arg(long)]
+    pub resume_gap: bool,
     /// Frame every JSON body and SSE data line as a JSON array (2025-03-26 batch style).
     #[arg(long)]
     pub batch_responses: bool,
@@ -132,6 +138,7 @@ impl Default for HttpOptions {
             push_on_get: false,
             close_post_early: false,
             event_ids: false,
+            resume_gap: false,
             batch_responses: false,
             header_padding: 0,
             no_endpoint: false,

@@ -59,7 +59,13 @@ const TOOLS: &[ToolDef] = &[
     ToolDef {
         name: "ask_form",
         description: "Asks the user for their name through a form elicitation.",
-        properties: || json!({"message": {"type": "string", "description": "Question to show"}}),
+        properties: || {
+            json!({
+                "message": {"type": "string", "description": "Question to show"},
+                "then_ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS,
+                            "description": "How long to work after the answer before finishing"},
+            })
+        },
         required: &[],
         read_only: true,
         destructive: false,
@@ -264,9 +270,18 @@ fn optional_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<Option<&'
 }
 
 fn required_u64(args: &Map<String, Value>, key: &str) -> Result<u64, ToolError> {
-    args.get(key).and_then(Value::as_u64).ok_or_else(|| {
+    optional_u64(args, key)?.ok_or_else(|| {
         ToolError::Failed(format!("argument `{key}` must be a non-negative integer"))
     })
+}
+
+fn optional_u64(args: &Map<String, Value>, key: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ToolError::Failed(format!("argument `{key}` must be a non-negative integer"))
+        }),
+    }
 }
 
 fn echo(args: &Map<String, Value>) -> ToolResult {
@@ -281,7 +296,13 @@ fn name_form() -> Value {
 
 async fn ask_form(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {
     let message = optional_str(args, "message")?.unwrap_or(DEFAULT_FORM_MESSAGE);
+    let then_ms = optional_u64(args, "then_ms")?
+        .unwrap_or(0)
+        .min(MAX_SLEEP_MS);
     let outcome = asks::ask_form(ctx, message, name_form()).await?;
+    if then_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(then_ms)).await;
+    }
     Ok(outcome.to_json())
 }
 

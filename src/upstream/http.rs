@@ -33,8 +33,16 @@ pub(crate) type Sink = mpsc::Sender<Box<Inbound>>;
 
 pub use super::h1::{Client, Request};
 
-/// How many times one request's stream is resumed with `Last-Event-ID` before giving up.
-const MAX_RESUMES: u32 = 5;
+/// How many times in a row one request's stream is resumed with `Last-Event-ID` without
+/// progress before giving up: with the waits between them, about 1.3 s, or eight of the
+/// backend's `retry` hints when those are longer.
+const MAX_RESUMES: u32 = 8;
+/// The first wait before resuming again after a pick-up that brought nothing; it doubles.
+const RESUME_BACKOFF: Duration = Duration::from_millis(10);
+/// How long a picked-up stream may stay quiet before it is picked up again, at first...
+const QUIET_FIRST: Duration = Duration::from_millis(500);
+/// ...and at most.
+const QUIET_MAX: Duration = Duration::from_secs(30);
 /// Longest wait between reconnects of the standalone GET stream, and the cap on a server's
 /// `retry` hint.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -181,15 +189,27 @@ impl Link {
 
     /// Pumps an SSE body into the session task until it ends, recording in `cursor` where the
     /// stream got to (last event id, `retry`) and whether the response to `awaited` went by.
+    /// With `quiet`, it also stops when the stream has carried nothing for that long.
     pub async fn pump(
         &self,
         sink: &Sink,
         body: Body,
         awaited: Option<&Id>,
         cursor: &mut Cursor,
-    ) -> Result<(), DecodeError> {
+        quiet: Option<Duration>,
+    ) -> Result<Ending, DecodeError> {
         let mut events = events(body, self.max_message);
-        while let Some(event) = events.next().await {
+        loop {
+            let next = match quiet {
+                None => events.next().await,
+                Some(quiet) => match tokio::time::timeout(quiet, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => return Ok(Ending::Quiet),
+                },
+            };
+            let Some(event) = next else {
+                return Ok(Ending::Closed);
+            };
             let event = event?;
             if let Some(ms) = event.retry_ms {
                 cursor.retry = Duration::from_millis(ms).min(MAX_BACKOFF);
@@ -201,7 +221,7 @@ impl Link {
                             cursor.answered = true;
                         }
                         if !deliver(sink, msgs).await {
-                            return Ok(());
+                            return Ok(Ending::Unheard);
                         }
                     }
                     Err(e) => {
@@ -214,8 +234,18 @@ impl Link {
                 cursor.passed(id);
             }
         }
-        Ok(())
     }
+}
+
+/// How a pumped stream stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The backend ended it.
+    Closed,
+    /// It carried nothing for the time it was given.
+    Quiet,
+    /// Nobody takes what it carries any more.
+    Unheard,
 }
 
 /// Hands messages to `sink`; false once nobody listens.
@@ -675,7 +705,7 @@ async fn request(
             };
             // Boxed, like the other phases: a request's task holds only the phase it is in.
             if let Err(e) =
-                Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor)).await
+                Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor, None)).await
             {
                 let why = format!("backend `{}` sent {e}", link.backend);
                 tracing::warn!(backend = %link.backend, %method, "{why}");
@@ -698,9 +728,17 @@ async fn request(
 
 /// A request's stream ended before its response: resume it with `Last-Event-ID` if the backend
 /// gave event ids (2025-11-25), else fail the call.
+///
+/// A picked-up stream that stays quiet is picked up again, from the same event, after
+/// [`QUIET_FIRST`], then after twice as long each time, up to [`QUIET_MAX`]. Backends may lose an
+/// event they write as a GET takes their stream over: the Python SDK stores it, but hands it to
+/// no connection, when it comes between the replay and the hand-over to the new connection. Only
+/// a new pick-up replays it; without one, the call would wait for its deadline. For a tool that is
+/// still running, a quiet pick-up costs a new GET that replays nothing.
 async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
     let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
     let mut attempts = 0;
+    let mut quiet = QUIET_FIRST;
     while !cursor.answered {
         let Some(last) = cursor.last_id.clone().filter(|_| attempts < MAX_RESUMES) else {
             let why = format!(
@@ -717,10 +755,13 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
             )
             .await;
         };
+        // The backend's `retry` hint, or, when a pick-up has just brought nothing, a short wait
+        // that doubles: a backend may refuse a GET for a stream until it has seen the previous
+        // one closed. A zero wait is skipped, not slept: the timer would still round it up.
+        let wait = cursor.retry.max(RESUME_BACKOFF * ((1 << attempts) >> 1));
         attempts += 1;
-        // A zero wait is skipped, not slept: the timer would still round it up to its next tick.
-        if !cursor.retry.is_zero() {
-            tokio::time::sleep(cursor.retry).await;
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
         let headers = stream_headers(ids, Some(&last));
         let resp = match link.exchange(Method::GET, url, &headers, None).await {
@@ -740,19 +781,28 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
             continue;
         }
         let before = cursor.last_id.clone();
-        if let Err(e) = link
-            .pump(sink, resp.into_body(), Some(id), &mut cursor)
+        match link
+            .pump(sink, resp.into_body(), Some(id), &mut cursor, Some(quiet))
             .await
         {
-            let why = format!("backend `{}` sent {e}", link.backend);
-            return report(
-                sink,
-                Inbound::Failed {
-                    id: id.clone(),
-                    reason: why,
-                },
-            )
-            .await;
+            Err(e) => {
+                let why = format!("backend `{}` sent {e}", link.backend);
+                return report(
+                    sink,
+                    Inbound::Failed {
+                        id: id.clone(),
+                        reason: why,
+                    },
+                )
+                .await;
+            }
+            Ok(Ending::Quiet) => {
+                tracing::debug!(backend = %link.backend, %id, after = ?quiet, "a picked-up stream went quiet: picking it up again");
+                quiet = (quiet * 2).min(QUIET_MAX);
+                attempts = 0; // a live stream, not a refusal
+            }
+            Ok(Ending::Unheard) => return,
+            Ok(Ending::Closed) => {}
         }
         if cursor.last_id != before {
             attempts = 0; // progress: the stream is alive
@@ -795,7 +845,7 @@ async fn standalone(ep: Endpoint) {
                 backoff = Duration::from_millis(100);
                 let pumped = tokio::select! {
                     _ = link.stop.cancelled() => return,
-                    r = link.pump(&link.inbound, resp.into_body(), None, &mut cursor) => r,
+                    r = link.pump(&link.inbound, resp.into_body(), None, &mut cursor, None) => r,
                 };
                 if let Err(e) = pumped {
                     tracing::warn!(backend = %link.backend, "standalone stream: backend sent {e}");

@@ -34,6 +34,8 @@ pub(super) struct Policy {
     pub resumable: bool,
     /// A POST stream ends after its first server request and the client must resume it.
     pub close_early: bool,
+    /// A resumed stream's first event after the pick-up is kept for replay but not sent.
+    pub resume_gap: bool,
     /// Every SSE data line holds a JSON array.
     pub batch: bool,
     /// Bound of each backlog, of the replay buffer and of each connection's channel.
@@ -84,6 +86,8 @@ struct Stream {
     /// Requests whose responses this stream still has to carry.
     pending: HashSet<String>,
     carrier: Option<mpsc::Sender<Bytes>>,
+    /// The next event is kept for replay but not sent (`Policy::resume_gap`).
+    gap: bool,
 }
 
 impl Stream {
@@ -102,6 +106,8 @@ pub(super) struct Streams {
     backlog: VecDeque<Event>,
     /// Recent events of every stream, for `Last-Event-ID` (resumable mode only).
     replay: VecDeque<Event>,
+    /// Connections that missed an event in a resume gap: held open, and sent nothing more.
+    limbo: VecDeque<mpsc::Sender<Bytes>>,
     next_stream: StreamNo,
     next_seq: u64,
 }
@@ -112,6 +118,7 @@ impl Streams {
             kind: Kind::Standalone,
             pending: HashSet::new(),
             carrier: None,
+            gap: false,
         };
         Self {
             policy,
@@ -119,6 +126,7 @@ impl Streams {
             routes: HashMap::new(),
             backlog: VecDeque::new(),
             replay: VecDeque::new(),
+            limbo: VecDeque::new(),
             next_stream: STANDALONE + 1,
             next_seq: 1,
         }
@@ -152,6 +160,7 @@ impl Streams {
                     kind,
                     pending,
                     carrier: None,
+                    gap: false,
                 },
             );
             return Ok(Opened::Json(rx));
@@ -166,6 +175,7 @@ impl Streams {
                 kind: Kind::Sse { resumed: false },
                 pending,
                 carrier: Some(tx),
+                gap: false,
             },
         );
         Ok(Opened::Sse(rx))
@@ -228,6 +238,7 @@ impl Streams {
                 *resumed = true;
             }
             stream.carrier = Some(tx);
+            stream.gap = self.policy.resume_gap;
         }
         Ok(rx)
     }
@@ -247,6 +258,7 @@ impl Streams {
         self.routes.clear();
         self.backlog.clear();
         self.replay.clear();
+        self.limbo.clear();
     }
 
     /// Puts one message from the legacy core on the connection it belongs to.
@@ -308,6 +320,17 @@ impl Streams {
         let Some(stream) = self.streams.get_mut(&no) else {
             return;
         };
+        if std::mem::take(&mut stream.gap) && stream.carried() {
+            // As a server that lost the event would: the connection stays open and quiet.
+            tracing::debug!(stream = no, "event kept for replay only (resume gap)");
+            if let Some(tx) = stream.carrier.take() {
+                if self.limbo.len() >= self.policy.limit.max(1) {
+                    self.limbo.pop_front();
+                }
+                self.limbo.push_back(tx);
+            }
+            return;
+        }
         let sent = match &stream.carrier {
             Some(tx) => tx.try_send(bytes.clone()).is_ok(),
             None => false,
@@ -403,6 +426,7 @@ mod tests {
             push_on_get: false,
             resumable: false,
             close_early: false,
+            resume_gap: false,
             batch: false,
             limit: 8,
         }
@@ -470,6 +494,7 @@ mod tests {
         let mut s = Streams::new(Policy {
             resumable: true,
             close_early: true,
+            resume_gap: false,
             ..policy()
         });
         let mut post = open_sse(&mut s, &["1"]);
