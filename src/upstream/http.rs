@@ -737,6 +737,10 @@ async fn request(
 /// still running, a quiet pick-up costs a new GET that replays nothing.
 async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
     let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
+    let fail = |reason: String| Inbound::Failed {
+        id: id.clone(),
+        reason,
+    };
     let mut attempts = 0;
     let mut quiet = QUIET_FIRST;
     while !cursor.answered {
@@ -746,14 +750,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %id, "{why}");
-            return report(
-                sink,
-                Inbound::Failed {
-                    id: id.clone(),
-                    reason: why,
-                },
-            )
-            .await;
+            return report(sink, fail(why)).await;
         };
         // The backend's `retry` hint, or, when a pick-up has just brought nothing, a short wait
         // that doubles: a backend may refuse a GET for a stream until it has seen the previous
@@ -787,14 +784,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         {
             Err(e) => {
                 let why = format!("backend `{}` sent {e}", link.backend);
-                return report(
-                    sink,
-                    Inbound::Failed {
-                        id: id.clone(),
-                        reason: why,
-                    },
-                )
-                .await;
+                return report(sink, fail(why)).await;
             }
             Ok(Ending::Quiet) => {
                 tracing::debug!(backend = %link.backend, %id, after = ?quiet, "a picked-up stream went quiet: picking it up again");
