@@ -755,7 +755,11 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         // The backend's `retry` hint, or, when a pick-up has just brought nothing, a short wait
         // that doubles: a backend may refuse a GET for a stream until it has seen the previous
         // one closed. A zero wait is skipped, not slept: the timer would still round it up.
-        let wait = cursor.retry.max(RESUME_BACKOFF * ((1 << attempts) >> 1));
+        let backoff = match attempts {
+            0 => Duration::ZERO,
+            n => RESUME_BACKOFF * 2u32.pow(n - 1),
+        };
+        let wait = cursor.retry.max(backoff);
         attempts += 1;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;

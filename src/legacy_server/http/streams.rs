@@ -494,7 +494,6 @@ mod tests {
         let mut s = Streams::new(Policy {
             resumable: true,
             close_early: true,
-            resume_gap: false,
             ..policy()
         });
         let mut post = open_sse(&mut s, &["1"]);
