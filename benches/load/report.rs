@@ -57,8 +57,22 @@ fn us(v: f64) -> String {
     duration(v * 1000.0)
 }
 
+/// The issue's targets on this machine: added latency of a pass-through call at p50 and p99 and
+/// of a resume round at p50 (µs), gateway memory per parked call (KiB), parked calls held.
+const ADDED_P50_US: f64 = 150.0;
+const ADDED_P99_US: f64 = 1000.0;
+const ROUND_P50_US: f64 = 200.0;
+const PER_PARKED_KIB: f64 = 16.0;
+const PARKED_HELD: usize = 10_000;
+
+/// A target met, for the table.
 fn met(ok: bool) -> &'static str {
     if ok { "yes" } else { "**no**" }
+}
+
+/// A target met, for the reading.
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "missed" }
 }
 
 pub fn output(cmd: &str, args: &[&str]) -> String {
@@ -138,13 +152,13 @@ virtual CPU is costly, which weighs on every hop from one process to another"
         s,
         "| (a) pass-through tools/call, latency added by the gateway, p50 | {} | ≤ 150 µs | {} |",
         us(add_p50),
-        met(add_p50 <= 150.0)
+        met(add_p50 <= ADDED_P50_US)
     );
     let _ = writeln!(
         s,
         "| (a) pass-through tools/call, latency added by the gateway, p99 | {} | ≤ 1 ms | {} |",
         us(add_p99),
-        met(add_p99 <= 1000.0)
+        met(add_p99 <= ADDED_P99_US)
     );
     let _ = writeln!(
         s,
@@ -198,7 +212,7 @@ virtual CPU is costly, which weighs on every hop from one process to another"
                 s,
                 "| (b) one MRTR resume round inside the gateway: retry read → reply written, less the backend's part, p50 | {} | ≤ 200 µs | {} |",
                 us(split.gateway.p50_us),
-                met(split.gateway.p50_us <= 200.0)
+                met(split.gateway.p50_us <= ROUND_P50_US)
             );
             let _ = writeln!(
                 s,
@@ -222,7 +236,7 @@ virtual CPU is costly, which weighs on every hop from one process to another"
                 "| (b) one MRTR resume round, added beyond the backend's own time (client side; not split inside the gateway: {}), p50 | {} | ≤ 200 µs | {} |",
                 r.resume_split_missing.as_deref().unwrap_or("not measured"),
                 us(resume_p50),
-                met(resume_p50 <= 200.0)
+                met(resume_p50 <= ROUND_P50_US)
             );
             let _ = writeln!(s, "| (b) the same, p99 | {} | | |", us(resume_p99));
         }
@@ -303,7 +317,7 @@ virtual CPU is costly, which weighs on every hop from one process to another"
         let (target, ok) = if stdio {
             ("≤ 16 KiB (set for HTTP backends)", "see reading")
         } else {
-            ("≤ 16 KiB", met(m.per_call_kib <= 16.0))
+            ("≤ 16 KiB", met(m.per_call_kib <= PER_PARKED_KIB))
         };
         let _ = writeln!(
             s,
@@ -317,7 +331,7 @@ virtual CPU is costly, which weighs on every hop from one process to another"
             "| (c) the same, backend numbers its events (streams let go while parked) | {:.1} KiB at {} parked | ≤ 16 KiB | {} |",
             m.per_call_kib,
             m.parked,
-            met(m.per_call_kib <= 16.0)
+            met(m.per_call_kib <= PER_PARKED_KIB)
         );
     }
     if stdio {
@@ -336,7 +350,7 @@ virtual CPU is costly, which weighs on every hop from one process to another"
         l.attempted_beyond,
         l.rss_at_limit_kib,
         l.rss_after_refusals_kib,
-        if l.held >= 10_000 {
+        if l.held >= PARKED_HELD {
             "yes"
         } else if stdio {
             "not with stdio (one child per parked call); pending HTTP backend"
@@ -486,7 +500,6 @@ readings, and each change that moved a figure with what it moved, are in \
 [benches/FINDINGS.md](benches/FINDINGS.md).\n"
     );
     let g = &r.gateway_cpu;
-    let verdict = |v: f64, target: f64| if v <= target { "met" } else { "missed" };
     let _ = write!(
         s,
         "- (a) The gateway added {} at p50 (target 150 µs: {}) and {} at p99 (target 1 ms: {}). \
@@ -494,9 +507,9 @@ Its part of a call is reading and checking the client's request (`jsonrpc::parse
 small body), {}, and writing the reply. Per call it spent {} on a CPU, and its threads {} runnable \
 but waiting for one; the backend spent {} per call (directly: {}).{}{}",
         us(add_p50),
-        verdict(add_p50, 150.0),
+        verdict(add_p50 <= ADDED_P50_US),
         us(add_p99),
-        verdict(add_p99, 1000.0),
+        verdict(add_p99 <= ADDED_P99_US),
         criterion_median_ns(criterion, "jsonrpc_parse/tools_call_small")
             .map_or("(not measured)".into(), duration),
         if stdio {
@@ -591,14 +604,14 @@ against 200 µs: {}. ",
             us(sp.gateway.p50_us),
             us(sp.inbound.p50_us),
             us(sp.outbound.p50_us),
-            verdict(sp.gateway.p50_us, 200.0)
+            verdict(sp.gateway.p50_us <= ROUND_P50_US)
         ),
         None => format!(
             "The round was not split inside the gateway in this run ({}), so its target is read \
 end to end, beyond the backend's own time: {} at p50, against 200 µs: {}. ",
             r.resume_split_missing.as_deref().unwrap_or("not measured"),
             us(resume_p50),
-            verdict(resume_p50, 200.0)
+            verdict(resume_p50 <= ROUND_P50_US)
         ),
     };
     let relay = match &r.relay {
@@ -664,7 +677,7 @@ call's tasks, and the call's own state. Without `--no-standalone-stream` each \
 session also keeps its standalone GET stream: a second connection per parked call.",
                 m.per_call_kib,
                 m.parked,
-                verdict(m.per_call_kib, 16.0),
+                verdict(m.per_call_kib <= PER_PARKED_KIB),
                 r.memory_released.last().map_or_else(
                     || "(not measured in this run)".to_owned(),
                     |l| format!("{:.1} KiB at {} parked", l.per_call_kib, l.parked)

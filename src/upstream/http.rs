@@ -630,10 +630,6 @@ async fn request(
     mark: Option<Mark>,
 ) {
     let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
-    let fail = |reason: String| Inbound::Failed {
-        id: id.clone(),
-        reason,
-    };
     let known_session = has_session(ids);
     let resp = match link
         .exchange(Method::POST, url, &post_headers(ids), Some(&msg))
@@ -642,7 +638,7 @@ async fn request(
         Ok(r) => r,
         Err(f) => {
             tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-            return report(sink, fail(f.describe(&link.backend))).await;
+            return report(sink, Inbound::failed(&id, f.describe(&link.backend))).await;
         }
     };
     // Sent: the answer stream may stay open for as long as the call is parked.
@@ -671,12 +667,12 @@ async fn request(
             link.backend
         );
         tracing::warn!(backend = %link.backend, %method, "{why}");
-        return report(sink, fail(why)).await;
+        return report(sink, Inbound::failed(&id, why)).await;
     }
     if !status.is_success() {
         let f = Box::pin(status_failure(resp, link)).await;
         tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-        return report(sink, fail(f.describe(&link.backend))).await;
+        return report(sink, Inbound::failed(&id, f.describe(&link.backend))).await;
     }
     match content_type(&resp).as_str() {
         "application/json" => match Box::pin(link.read_json(resp.into_body())).await {
@@ -685,17 +681,20 @@ async fn request(
                 if deliver(sink, msgs).await && !answered {
                     report(
                         sink,
-                        fail(format!(
-                            "backend `{}` answered without a response to the request",
-                            link.backend
-                        )),
+                        Inbound::failed(
+                            &id,
+                            format!(
+                                "backend `{}` answered without a response to the request",
+                                link.backend
+                            ),
+                        ),
                     )
                     .await;
                 }
             }
             Err(f) => {
                 tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-                report(sink, fail(f.describe(&link.backend))).await;
+                report(sink, Inbound::failed(&id, f.describe(&link.backend))).await;
             }
         },
         "text/event-stream" => {
@@ -709,7 +708,7 @@ async fn request(
             {
                 let why = format!("backend `{}` sent {e}", link.backend);
                 tracing::warn!(backend = %link.backend, %method, "{why}");
-                return report(sink, fail(why)).await;
+                return report(sink, Inbound::failed(&id, why)).await;
             }
             if !cursor.answered {
                 Box::pin(resume(ep, sink, &id, cursor)).await;
@@ -721,7 +720,7 @@ async fn request(
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %method, "{why}");
-            report(sink, fail(why)).await;
+            report(sink, Inbound::failed(&id, why)).await;
         }
     }
 }
@@ -737,10 +736,6 @@ async fn request(
 /// still running, a quiet pick-up costs a new GET that replays nothing.
 async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
     let (link, ids, url) = (&*ep.link, &*ep.ids, &ep.url);
-    let fail = |reason: String| Inbound::Failed {
-        id: id.clone(),
-        reason,
-    };
     let mut attempts = 0;
     let mut quiet = QUIET_FIRST;
     while !cursor.answered {
@@ -750,7 +745,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
                 link.backend
             );
             tracing::warn!(backend = %link.backend, %id, "{why}");
-            return report(sink, fail(why)).await;
+            return report(sink, Inbound::failed(id, why)).await;
         };
         // The backend's `retry` hint, or, when a pick-up has just brought nothing, a short wait
         // that doubles: a backend may refuse a GET for a stream until it has seen the previous
@@ -788,7 +783,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         {
             Err(e) => {
                 let why = format!("backend `{}` sent {e}", link.backend);
-                return report(sink, fail(why)).await;
+                return report(sink, Inbound::failed(id, why)).await;
             }
             Ok(Ending::Quiet) => {
                 tracing::debug!(backend = %link.backend, %id, after = ?quiet, "a picked-up stream went quiet: picking it up again");

@@ -162,7 +162,7 @@ impl Transport for HttpSse {
             // Reported from outside: this task is the queue's only reader.
             let link = self.link.clone();
             tokio::spawn(async move {
-                report(&link.inbound, Inbound::Failed { id, reason: why }).await;
+                report(&link.inbound, Inbound::failed(&id, why)).await;
             });
         }
         Ok(())

@@ -845,6 +845,13 @@ pub(crate) enum Inbound {
 }
 
 impl Inbound {
+    pub fn failed(id: &Id, reason: impl Into<String>) -> Inbound {
+        Inbound::Failed {
+            id: id.clone(),
+            reason: reason.into(),
+        }
+    }
+
     pub fn ended(reason: impl Into<String>) -> Inbound {
         Inbound::Ended {
             reason: reason.into(),
