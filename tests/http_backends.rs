@@ -463,6 +463,68 @@ async fn a_picked_up_stream_that_stays_quiet_for_a_long_tool_is_picked_up_again_
 }
 
 #[tokio::test]
+async fn a_push_the_picked_up_standalone_stream_missed_comes_with_the_next_pick_up() {
+    // The backend pushes its requests on the standalone stream and ends that stream after each
+    // event, so the gateway picks it up with Last-Event-ID; the first push after a pick-up is
+    // kept for replay but sent on no connection, which stays open and quiet.
+    let fx = Fixture::http(&["--push-on-get", "--poll-get", "--resume-gap"]).await;
+    let gw = gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "[limits]\nrequest_timeout = \"10s\"\n",
+        "",
+    )
+    .await;
+    let c = gw.client();
+    let (args, caps) = (json!({"tag": "t"}), json!({"elicitation": {}}));
+    let first = c.call_tool("two_step", args.clone(), &caps).await;
+    let key = first.key_for("elicitation/create");
+    // The stream that carried the first question is picked up before the answer goes in, so
+    // the second question is the one the pick-up misses.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while resumed_streams(&fx).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never picked up: {:#?}",
+            fx.requests()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = std::time::Instant::now();
+    let answer = json!({ key: accept(json!({"name": "Ada"})) });
+    let second = c
+        .retry_tool("two_step", args.clone(), &caps, answer, &first.state())
+        .await;
+    let key = second.key_for("elicitation/create");
+    assert_eq!(
+        second.result()["inputRequests"][&key]["params"]["message"],
+        "Confirm Ada for t?"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the second question came only after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        resumed_streams(&fx).len() >= 2,
+        "picked up, then picked up again: {:#?}",
+        resumed_streams(&fx)
+    );
+    let answer = json!({ key: accept(json!({"answer": "yes"})) });
+    let done = c
+        .retry_tool("two_step", args, &caps, answer, &second.state())
+        .await;
+    assert_eq!(
+        done.tool_json(),
+        json!({"tag": "t", "name": "Ada", "confirm": "yes"}),
+        "{:#}",
+        done.body
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn parked_calls_that_let_their_stream_go_are_counted_until_their_retry() {
     let parked_released = |s: &Scrape| s.get("mrtr_parked_released_streams", &[]);
     for (release, counted) in [("", 1.0), ("release_parked_streams = false\n", 0.0)] {

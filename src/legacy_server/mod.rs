@@ -105,6 +105,11 @@ pub struct HttpOptions {
     /// `--event-ids`.
     #[arg(long)]
     pub resume_gap: bool,
+    /// End the standalone GET stream after each event it carries, as a server that has its
+    /// clients poll for pushes does: the client picks it up again with `Last-Event-ID`.
+    /// Implies `--event-ids`.
+    #[arg(long)]
+    pub poll_get: bool,
     /// Frame every JSON body and SSE data line as a JSON array (2025-03-26 batch style).
     #[arg(long)]
     pub batch_responses: bool,
@@ -139,6 +144,7 @@ impl Default for HttpOptions {
             close_post_early: false,
             event_ids: false,
             resume_gap: false,
+            poll_get: false,
             batch_responses: false,
             header_padding: 0,
             no_endpoint: false,

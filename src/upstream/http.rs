@@ -220,6 +220,7 @@ impl Link {
                         if msgs.iter().any(|m| is_response_to(m, awaited)) {
                             cursor.answered = true;
                         }
+                        cursor.delivered += msgs.len();
                         if !deliver(sink, msgs).await {
                             return Ok(Ending::Unheard);
                         }
@@ -269,6 +270,8 @@ pub(crate) struct Cursor {
     pub last_id: Option<String>,
     pub retry: Duration,
     pub answered: bool,
+    /// Messages delivered from the stream so far.
+    pub delivered: usize,
     /// Shares `last_id` with a call that may let the stream go while parked.
     pub mark: Option<Mark>,
 }
@@ -288,6 +291,7 @@ impl Default for Cursor {
             last_id: None,
             retry: Duration::from_secs(1),
             answered: false,
+            delivered: 0,
             mark: None,
         }
     }
@@ -503,8 +507,8 @@ impl super::session::Direct for Direct {
             let cursor = Cursor {
                 last_id: Some(last),
                 retry: Duration::ZERO,
-                answered: false,
                 mark: Some(mark),
+                ..Cursor::default()
             };
             resume(&ep, &sink, &id, cursor).await
         })
@@ -801,12 +805,19 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
 
 /// The standalone GET stream: pushes unrelated to any POST. Reopened with backoff while the
 /// session lives; a backend that offers none (405, or 404 without a session id) is left alone.
+///
+/// Picked up with `Last-Event-ID` once its events have ids, it can lose an event in the
+/// hand-over as a call's stream can (see [`resume`]), so a picked-up stream that stays quiet is
+/// picked up again after [`QUIET_FIRST`], doubling to [`QUIET_MAX`] while nothing comes, back to
+/// [`QUIET_FIRST`] once it has carried a message (an empty priming event is no message).
 async fn standalone(ep: Endpoint) {
     let Endpoint { link, ids, url } = ep;
     let mut cursor = Cursor::default();
     let mut backoff = Duration::from_millis(100);
+    let mut quiet = QUIET_FIRST;
     loop {
-        let headers = stream_headers(&ids, cursor.last_id.as_deref());
+        let (picked_up, delivered) = (cursor.last_id.clone(), cursor.delivered);
+        let headers = stream_headers(&ids, picked_up.as_deref());
         let opened = tokio::select! {
             _ = link.stop.cancelled() => return,
             r = link.exchange(Method::GET, &url, &headers, None) => r,
@@ -832,12 +843,30 @@ async fn standalone(ep: Endpoint) {
                 if resp.status().is_success() && content_type(&resp) == "text/event-stream" =>
             {
                 backoff = Duration::from_millis(100);
+                let watch = picked_up.is_some().then_some(quiet);
                 let pumped = tokio::select! {
                     _ = link.stop.cancelled() => return,
-                    r = link.pump(&link.inbound, resp.into_body(), None, &mut cursor, None) => r,
+                    r = link.pump(&link.inbound, resp.into_body(), None, &mut cursor, watch) => r,
                 };
-                if let Err(e) = pumped {
-                    tracing::warn!(backend = %link.backend, "standalone stream: backend sent {e}");
+                if cursor.delivered != delivered {
+                    quiet = QUIET_FIRST;
+                }
+                match pumped {
+                    Ok(Ending::Quiet) => {
+                        tracing::debug!(backend = %link.backend, after = ?quiet, "the picked-up standalone stream went quiet: picking it up again");
+                        quiet = (quiet * 2).min(QUIET_MAX);
+                        // Only the backend's `retry` hint: a quiet stream is no refusal.
+                        tokio::select! {
+                            _ = link.stop.cancelled() => return,
+                            _ = tokio::time::sleep(cursor.retry) => {}
+                        }
+                        continue;
+                    }
+                    Ok(Ending::Unheard) => return,
+                    Ok(Ending::Closed) => {}
+                    Err(e) => {
+                        tracing::warn!(backend = %link.backend, "standalone stream: backend sent {e}")
+                    }
                 }
             }
             Ok(resp) => {

@@ -345,9 +345,10 @@ impl Server {
             json_response: self.mode == Mode::Streamable && http.json_response,
             push_on_get: http.push_on_get,
             resumable: self.mode == Mode::Streamable
-                && (http.close_post_early || http.event_ids || http.resume_gap),
+                && (http.close_post_early || http.event_ids || http.resume_gap || http.poll_get),
             close_early: self.mode == Mode::Streamable && http.close_post_early,
             resume_gap: self.mode == Mode::Streamable && http.resume_gap,
+            poll_get: self.mode == Mode::Streamable && http.poll_get,
             batch: self.mode == Mode::Streamable && http.batch_responses,
             limit: http.max_queued_events,
         };

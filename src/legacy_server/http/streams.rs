@@ -36,6 +36,8 @@ pub(super) struct Policy {
     pub close_early: bool,
     /// A resumed stream's first event after the pick-up is kept for replay but not sent.
     pub resume_gap: bool,
+    /// The standalone stream ends after each event it carries, to be picked up again.
+    pub poll_get: bool,
     /// Every SSE data line holds a JSON array.
     pub batch: bool,
     /// Bound of each backlog, of the replay buffer and of each connection's channel.
@@ -197,10 +199,14 @@ impl Streams {
         if let Some(first) = first {
             let _ = tx.try_send(first);
         }
+        let queued = !self.backlog.is_empty();
         for event in self.backlog.drain(..) {
             let _ = tx.try_send(event.bytes);
         }
-        self.standalone_mut().carrier = Some(tx);
+        // Polled: a GET that carried something ends with it.
+        if !(queued && self.policy.poll_get) {
+            self.standalone_mut().carrier = Some(tx);
+        }
         Ok(rx)
     }
 
@@ -229,11 +235,13 @@ impl Streams {
         }
         let (tx, rx) = self.channel();
         let _ = tx.try_send(Bytes::from_static(b"retry: 100\n\n"));
+        let polled = no == STANDALONE && self.policy.poll_get && !events.is_empty();
         for bytes in events.into_values() {
             let _ = tx.try_send(bytes);
         }
-        // A stream that already finished is only replayed; dropping `tx` ends the GET.
-        if let Some(stream) = self.streams.get_mut(&no) {
+        // A stream that already finished, or a polled one that replayed something, is only
+        // replayed; dropping `tx` ends the GET.
+        if let Some(stream) = self.streams.get_mut(&no).filter(|_| !polled) {
             if let Kind::Sse { resumed } = &mut stream.kind {
                 *resumed = true;
             }
@@ -361,6 +369,10 @@ impl Streams {
             // End the POST stream so the client has to resume it with a GET.
             stream.carrier = None;
         }
+        if self.policy.poll_get && matches!(stream.kind, Kind::Standalone) {
+            // Polled: the client comes back for the next event with `Last-Event-ID`.
+            stream.carrier = None;
+        }
     }
 
     /// Request `key` of stream `no` got its response (or was cancelled); a stream with
@@ -427,6 +439,7 @@ mod tests {
             resumable: false,
             close_early: false,
             resume_gap: false,
+            poll_get: false,
             batch: false,
             limit: 8,
         }
@@ -518,6 +531,34 @@ mod tests {
         assert!(text.contains("\"done\":true"));
         assert!(!text.contains("elicitation"));
         assert!(get.is_closed());
+    }
+
+    #[test]
+    fn a_polled_standalone_stream_ends_after_what_it_carries() {
+        let mut s = Streams::new(Policy {
+            resumable: true,
+            push_on_get: true,
+            poll_get: true,
+            ..policy()
+        });
+        let ask = |s: &mut Streams, id: u32| {
+            s.route(json!({"jsonrpc":"2.0","id":id,"method":"roots/list"}), None)
+        };
+        // Nothing queued: the GET stays open until something comes, then ends.
+        let mut get = s.open_standalone(None).unwrap();
+        assert!(!get.is_closed());
+        ask(&mut s, 1);
+        let text = drain(&mut get);
+        assert!(text.contains("\"id\":1") && get.is_closed());
+        let last = text
+            .lines()
+            .find_map(|l| l.strip_prefix("id: "))
+            .unwrap()
+            .to_owned();
+        // Queued while no GET was open: the pick-up replays it and ends.
+        ask(&mut s, 2);
+        let mut get = s.resume(&last).unwrap();
+        assert!(drain(&mut get).contains("\"id\":2") && get.is_closed());
     }
 
     #[test]
