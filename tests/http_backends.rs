@@ -241,6 +241,19 @@ async fn over_http_with(fx: &Fixture, backend: &str) -> Gateway {
     gateway("http", &fx.url, &fx.log, "", backend).await
 }
 
+/// [`over_http`] with calls failing after 10 s, well before a test's own timeout: a lost event
+/// that is never brought fails its call rather than hangs the test.
+async fn with_a_short_deadline(fx: &Fixture) -> Gateway {
+    gateway(
+        "http",
+        &fx.url,
+        &fx.log,
+        "[limits]\nrequest_timeout = \"10s\"\n",
+        "",
+    )
+    .await
+}
+
 /// One elicitation round trip; returns the tool's JSON answer.
 async fn elicit_round_trip(c: &Client) -> Value {
     elicit_round_trip_with(c, || {}).await
@@ -415,14 +428,7 @@ async fn a_result_a_picked_up_stream_missed_comes_with_the_next_pick_up() {
     // server may do with an event written while a GET takes its stream over. The GET stays open
     // and quiet: only picking the stream up again brings the result, well before the deadline.
     let fx = Fixture::http(&["--resume-gap"]).await;
-    let gw = gateway(
-        "http",
-        &fx.url,
-        &fx.log,
-        "[limits]\nrequest_timeout = \"10s\"\n",
-        "",
-    )
-    .await;
+    let gw = with_a_short_deadline(&fx).await;
     let c = gw.client();
     // The tool works on after the answer, so its result comes after the pick-up.
     let args = json!({"then_ms": 300});
@@ -468,14 +474,7 @@ async fn a_push_the_picked_up_standalone_stream_missed_comes_with_the_next_pick_
     // event, so the gateway picks it up with Last-Event-ID; the first push after a pick-up is
     // kept for replay but sent on no connection, which stays open and quiet.
     let fx = Fixture::http(&["--push-on-get", "--poll-get", "--resume-gap"]).await;
-    let gw = gateway(
-        "http",
-        &fx.url,
-        &fx.log,
-        "[limits]\nrequest_timeout = \"10s\"\n",
-        "",
-    )
-    .await;
+    let gw = with_a_short_deadline(&fx).await;
     let c = gw.client();
     let (args, caps) = (json!({"tag": "t"}), json!({"elicitation": {}}));
     let first = c.call_tool("two_step", args.clone(), &caps).await;
