@@ -180,7 +180,8 @@ fn demo_config(listen: &str) -> Result<Config, crate::config::ConfigError> {
 fn demo_help(url: &str) -> String {
     format!(
         r#"
-Built-in legacy server tools: echo, ask_form, ask_url, sample, list_roots, all_three, pair, url_required.
+Built-in legacy server tools: echo, ask_form, ask_url, sample, list_roots, all_three, pair, two_step,
+url_required, log_levels.
 Try one elicitation round trip:
 
   curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
