@@ -156,8 +156,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let grace = config.server.shutdown_grace;
     let max_connections = config.server.max_connections;
     let admin_connections = config.admin.max_connections;
-    let mut registry = Registry::with_prefix("mrtr");
-    let metrics = Arc::new(Metrics::new(&mut registry));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(crate::metrics::ProcessCollector));
+    let metrics = Arc::new(Metrics::new(registry.sub_registry_with_prefix("mrtr")));
     let bridge = Bridge::with_metrics(Arc::new(config), metrics);
     let stop = CancellationToken::new();
     let admin = match admin_listener {

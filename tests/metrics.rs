@@ -419,6 +419,84 @@ async fn health_and_readiness_answer_and_readiness_fails_while_draining() {
     gw.stop().await;
 }
 
+/// A line of `/proc/self/<file>` that starts with `key`, its first number after the key.
+#[cfg(target_os = "linux")]
+fn proc_self(file: &str, key: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/self/{file}")).unwrap();
+    let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+    line[key.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_process_and_the_version_are_on_metrics() {
+    // The gateway runs in this test's process: its /proc entries are this process's.
+    let gw = Gateway::with(Options {
+        extra: ADMIN_ON.into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    assert_eq!(
+        c.call_tool("echo", json!({"text": "hi"}), &json!({}))
+            .await
+            .result()["resultType"],
+        "complete"
+    );
+    // CPU time counts in ticks: spend some first, reading it as the collector does not.
+    let cpu_ticks = || {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<f64> = after_name
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0.0))
+            .collect();
+        fields[11] + fields[12] // utime, stime (fields 14 and 15 of the line)
+    };
+    while cpu_ticks() < 2.0 {
+        std::hint::black_box((0..10_000u64).sum::<u64>());
+    }
+    let spent = cpu_ticks();
+    let s = gw.scrape().await;
+    let version = [("version", env!("CARGO_PKG_VERSION"))];
+    assert_eq!(s.get("mrtr_build_info", &version), 1.0);
+    let rss = s.get("process_resident_memory_bytes", &[]);
+    let vm_rss = proc_self("status", "VmRSS:") * 1024.0;
+    assert!(
+        rss > vm_rss / 2.0 && rss < vm_rss * 2.0,
+        "resident {rss} against VmRSS {vm_rss}"
+    );
+    assert!(s.get("process_virtual_memory_bytes", &[]) >= rss);
+    // At least what was read before the scrape (ticks are at most 1/100 s apart on Linux).
+    let cpu = s.get("process_cpu_seconds_total", &[]);
+    assert!(
+        cpu >= spent / 1000.0 && cpu > 0.0,
+        "{cpu} s after {spent} ticks"
+    );
+    assert!(s.get("process_threads", &[]) >= 2.0);
+    // The listeners, the admin connection and the backend child's pipes at least.
+    assert!(s.get("process_open_fds", &[]) >= 4.0);
+    assert_eq!(
+        s.get("process_max_fds", &[]),
+        proc_self("limits", "Max open files")
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = s.get("process_start_time_seconds", &[]);
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "started at {started}, now {now}"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn no_admin_listener_unless_configured() {
     let gw = Gateway::start().await;
