@@ -526,41 +526,6 @@ impl Drop for ReleasedStream {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn methods_map_to_a_bounded_set() {
-        assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
-        assert_eq!(Method::from_name("server/discover"), Method::ServerDiscover);
-        assert_eq!(Method::from_name("x/evil-unbounded-123"), Method::Other);
-        assert_eq!(Method::from_name("other"), Method::Other);
-    }
-
-    #[test]
-    fn labels_encode_as_snake_case_text() {
-        let mut registry = Registry::with_prefix("mrtr");
-        let m = Metrics::new(&mut registry);
-        m.request(Method::ToolsCall, Outcome::InputRequired);
-        m.state_failure(StateFailure::StaleRound);
-        m.pool("fixture").ended(SessionEnd::Lost);
-        let text = encode(&registry);
-        assert!(
-            text.contains(
-                r#"mrtr_downstream_requests_total{method="tools/call",outcome="input_required"} 1"#
-            ),
-            "{text}"
-        );
-        assert!(text.contains(r#"mrtr_state_failures_total{reason="stale_round"} 1"#));
-        assert!(text.contains(r#"mrtr_retries_total{result="rejected",reason="invalid_state"} 1"#));
-        assert!(
-            text.contains(r#"mrtr_upstream_session_ends_total{backend="fixture",reason="lost"} 1"#)
-        );
-        assert!(text.contains("# TYPE mrtr_upstream_queue_wait_seconds histogram"));
-    }
-}
-
 /// The process's own CPU time, memory, file descriptors and threads, read from `/proc` at each
 /// scrape, under the unprefixed `process_*` names Prometheus clients share. A value `/proc` does
 /// not give is left out; elsewhere than Linux there are none.
@@ -670,5 +635,40 @@ impl ProcessSample {
     #[cfg(not(target_os = "linux"))]
     fn read() -> Option<ProcessSample> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_map_to_a_bounded_set() {
+        assert_eq!(Method::from_name("tools/call"), Method::ToolsCall);
+        assert_eq!(Method::from_name("server/discover"), Method::ServerDiscover);
+        assert_eq!(Method::from_name("x/evil-unbounded-123"), Method::Other);
+        assert_eq!(Method::from_name("other"), Method::Other);
+    }
+
+    #[test]
+    fn labels_encode_as_snake_case_text() {
+        let mut registry = Registry::with_prefix("mrtr");
+        let m = Metrics::new(&mut registry);
+        m.request(Method::ToolsCall, Outcome::InputRequired);
+        m.state_failure(StateFailure::StaleRound);
+        m.pool("fixture").ended(SessionEnd::Lost);
+        let text = encode(&registry);
+        assert!(
+            text.contains(
+                r#"mrtr_downstream_requests_total{method="tools/call",outcome="input_required"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"mrtr_state_failures_total{reason="stale_round"} 1"#));
+        assert!(text.contains(r#"mrtr_retries_total{result="rejected",reason="invalid_state"} 1"#));
+        assert!(
+            text.contains(r#"mrtr_upstream_session_ends_total{backend="fixture",reason="lost"} 1"#)
+        );
+        assert!(text.contains("# TYPE mrtr_upstream_queue_wait_seconds histogram"));
     }
 }
