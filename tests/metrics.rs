@@ -37,6 +37,38 @@ async fn asked_again(c: &Client, args: &Value) -> (String, Reply) {
     (key, r2)
 }
 
+/// The README's metrics table against what `/metrics` declares (`# TYPE name kind`), both ways.
+/// A family is declared once it has a series, so this runs after a script that moves them all.
+async fn assert_the_readme_names_every_metric_and_only_those(gw: &Gateway) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    // Code spans that are a bare metric name.
+    let documented: std::collections::BTreeSet<&str> = readme
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|code| code.starts_with("mrtr_") || code.starts_with("process_"))
+        .filter(|code| code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        .filter(|code| !code.ends_with('_'))
+        .collect();
+    let text = admin_request(gw.admin_addr(), "GET", "/metrics").await.2;
+    let exported: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let undocumented: Vec<_> = exported.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but not in README: {undocumented:?}"
+    );
+    let unknown: Vec<_> = documented.difference(&exported).collect();
+    assert!(
+        unknown.is_empty(),
+        "in README but not exported: {unknown:?}"
+    );
+}
+
 #[tokio::test]
 async fn metrics_move_exactly_over_a_scripted_run() {
     let gw = Gateway::with(Options {
@@ -222,6 +254,7 @@ async fn metrics_move_exactly_over_a_scripted_run() {
     assert_eq!(sessions("interactive"), 0.0);
     assert_eq!(sessions("shared"), 0.0);
     assert_eq!(sessions("starting"), 0.0);
+    assert_the_readme_names_every_metric_and_only_those(&gw).await;
     gw.stop().await;
 }
 
