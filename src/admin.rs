@@ -26,14 +26,23 @@ pub struct Admin {
 }
 
 impl Admin {
-    fn respond(&self, method: &Method, path: &str) -> hyper::Response<Body> {
+    async fn respond(self: Arc<Self>, method: Method, path: String) -> hyper::Response<Body> {
         if method != Method::GET && method != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
         }
-        match path {
+        match path.as_str() {
             "/metrics" => {
-                self.bridge.refresh_gauges();
-                let body = crate::metrics::encode(&self.registry);
+                // Off the runtime's thread: reading /proc for the process metrics lists every
+                // open descriptor, tens of milliseconds with tens of thousands of connections.
+                let admin = self.clone();
+                let encoded = tokio::task::spawn_blocking(move || {
+                    admin.bridge.refresh_gauges();
+                    crate::metrics::encode(&admin.registry)
+                })
+                .await;
+                let Ok(body) = encoded else {
+                    return text(StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable\n");
+                };
                 let mut resp = text(StatusCode::OK, body);
                 resp.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -73,8 +82,9 @@ pub async fn serve(
         write_timeout: Duration::from_secs(10),
     };
     let connections = crate::listener::serve(listener, limits, stop, move |req, _| {
-        let resp = admin.respond(req.method(), req.uri().path());
-        std::future::ready(resp)
+        admin
+            .clone()
+            .respond(req.method().clone(), req.uri().path().to_owned())
     })
     .await;
     // Admin requests answer at once; a connection still open after a second is let go.
