@@ -536,8 +536,24 @@ fn a_client_that_stops_reading_is_let_go_after_the_write_timeout() {
         let mut conn = std::net::TcpStream::connect(addr).expect("connect");
         conn.write_all(tools_call_request(addr, "echo", &body, "").as_bytes())
             .unwrap();
-        // Read nothing for well over the write timeout, then see what is left.
-        std::thread::sleep(std::time::Duration::from_secs(4));
+        // Read nothing until what waits in this socket has stopped growing for well over the
+        // write timeout (the gateway's write has stalled that long), then see what is left. On
+        // a loaded machine the answer may take seconds to start.
+        let mut queued = vec![0u8; 32 << 20];
+        let (mut last, mut since) = (0, std::time::Instant::now());
+        conn.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            let now = conn.peek(&mut queued).unwrap_or(0);
+            if now != last {
+                (last, since) = (now, std::time::Instant::now());
+            } else if now > 0 && since.elapsed() > std::time::Duration::from_secs(3) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        drop(queued);
         conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
             .unwrap();
         let mut got = Vec::new();
