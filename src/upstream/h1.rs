@@ -874,6 +874,38 @@ mod tests {
         Ok(String::from_utf8(bytes.to_vec()).unwrap())
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_head_bytes_are_refused_or_read_never_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)
+        ) {
+            let _ = parse_head(&bytes);
+        }
+
+        #[test]
+        fn a_head_is_read_once_it_has_all_arrived(
+            status in 200u16..600,
+            length in 0u64..(1 << 40),
+            session in "[!-~]{1,64}",
+            padding in "[ -~]{0,200}",
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let head = format!(
+                "HTTP/1.1 {status} Whatever\r\nx-padding: {padding}\r\ncontent-length: {length}\r\nMcp-Session-Id: {session}\r\n\r\n"
+            );
+            let bytes = head.as_bytes();
+            let partial = &bytes[..cut.index(bytes.len())];
+            proptest::prop_assert!(matches!(parse_head(partial), Ok(None)));
+            let read = parse_head(bytes).expect("a valid head").expect("complete");
+            proptest::prop_assert_eq!(read.status.as_u16(), status);
+            proptest::prop_assert_eq!(read.len, bytes.len());
+            proptest::prop_assert_eq!(
+                read.headers[crate::protocol::header::MCP_SESSION_ID].as_bytes(),
+                session.as_bytes()
+            );
+        }
+    }
+
     #[tokio::test]
     async fn chunked_and_sized_bodies_arrive_whole_and_the_connection_is_kept() {
         let chunked: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nx-trailer: t\r\n\r\n";
