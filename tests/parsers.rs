@@ -2,10 +2,12 @@
 //! cases (proptest) instead of a fuzzer, so they run on stable in `cargo test`. Each property
 //! holds for all input, not for the examples the other tests pick: no panic, the nesting limit
 //! exactly where the tree says, a message read back as it was written, any altered or cut
-//! requestState refused, and SSE read the same however the bytes are split.
+//! requestState refused, `_meta` and its trace context read or refused, and SSE read the same
+//! however the bytes are split.
 
 use futures_util::StreamExt;
 use mrtr_gateway::jsonrpc::{self, FrameError};
+use mrtr_gateway::protocol::meta::{self, RequestMeta};
 use mrtr_gateway::seal::{self, Claims, Key, KeyRing, ParkId};
 use mrtr_gateway::sse;
 use proptest::prelude::*;
@@ -212,6 +214,67 @@ proptest! {
                 Err(sse::DecodeError::TooLarge(limit)) => prop_assert_eq!(limit, max),
                 Err(_) => {}
             }
+        }
+    }
+}
+
+/// W3C `traceparent` texts: well formed, nearly so, and anything.
+fn traceparent() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}",
+        "[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[ -~]{0,8})?",
+        "[0-9a-fA-F-]{50,60}",
+        any::<String>(),
+    ]
+}
+
+/// What the W3C Trace Context spec accepts, written out independently of the gateway's check.
+fn w3c_valid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    if parts.len() < 4 {
+        return false;
+    }
+    let hex = |p: &str, n: usize| {
+        p.len() == n
+            && p.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    };
+    let zero = |p: &str| p.chars().all(|c| c == '0');
+    hex(parts[0], 2)
+        && parts[0] != "ff"
+        && (parts.len() == 4 || parts[0] != "00")
+        && hex(parts[1], 32)
+        && !zero(parts[1])
+        && hex(parts[2], 16)
+        && !zero(parts[2])
+        && hex(parts[3], 2)
+}
+
+proptest! {
+    #[test]
+    fn any_params_are_refused_or_read_never_a_panic(params in json_value()) {
+        let _ = RequestMeta::from_params(Some(&params));
+        let wrapped = json!({"_meta": params});
+        let _ = RequestMeta::from_params(Some(&wrapped));
+    }
+
+    #[test]
+    fn a_traceparent_is_kept_exactly_when_it_is_well_formed(
+        tp in traceparent(),
+        state in prop::option::of(any::<String>()),
+    ) {
+        let mut m = Map::new();
+        m.insert(meta::PROTOCOL_VERSION.into(), json!("2026-07-28"));
+        m.insert(meta::CLIENT_CAPABILITIES.into(), json!({}));
+        m.insert(meta::TRACEPARENT.into(), json!(tp));
+        if let Some(state) = &state {
+            m.insert("tracestate".into(), json!(state));
+        }
+        let read = RequestMeta::from_params(Some(&json!({"_meta": m}))).expect("valid _meta");
+        prop_assert_eq!(read.trace.is_some(), w3c_valid(&tp), "{:?}", tp);
+        if let Some(trace) = read.trace {
+            prop_assert_eq!(trace.trace_id(), tp.split('-').nth(1).unwrap());
+            prop_assert_eq!(trace.tracestate, state);
         }
     }
 }
