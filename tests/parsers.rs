@@ -2,8 +2,8 @@
 //! cases (proptest) instead of a fuzzer, so they run on stable in `cargo test`. Each property
 //! holds for all input, not for the examples the other tests pick: no panic, the nesting limit
 //! exactly where the tree says, a message read back as it was written, any altered or cut
-//! requestState refused, `_meta` and its trace context read or refused, and SSE read the same
-//! however the bytes are split.
+//! requestState or hop MAC refused, `_meta` and its trace context read or refused, and SSE read
+//! the same however the bytes are split.
 
 use futures_util::StreamExt;
 use mrtr_gateway::jsonrpc::{self, FrameError};
@@ -160,6 +160,28 @@ proptest! {
         prop_assert!(ring.open(short).is_err());
         let long = format!("{token}{tail}");
         prop_assert!(ring.open(&long).is_err());
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_hop_with_any_byte_changed_fails_its_mac(
+        data in prop::collection::vec(any::<u8>(), 0..256),
+        at in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+        in_tag in any::<bool>(),
+    ) {
+        let ring = ring();
+        let tag = ring.mac(&data);
+        prop_assert!(ring.verify_mac(&data, &tag));
+        let other = KeyRing::new(vec![Key::new("k2", &[8u8; 32]).unwrap()]).unwrap();
+        prop_assert!(!other.verify_mac(&data, &tag), "another key's ring");
+        prop_assert!(!ring.verify_mac(&data, &tag[..31]), "a cut tag");
+        let (mut data, mut tag) = (data, tag.to_vec());
+        let changed = if in_tag || data.is_empty() { &mut tag } else { &mut data };
+        let i = at.index(changed.len());
+        changed[i] ^= flip;
+        prop_assert!(!ring.verify_mac(&data, &tag));
     }
 }
 

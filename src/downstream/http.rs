@@ -513,6 +513,19 @@ mod tests {
         assert_eq!(decode_header_value("=?base64?!!?="), None);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_header_value_decodes_or_is_refused_and_the_base64_form_round_trips(
+            raw in proptest::prelude::any::<String>(),
+            text in proptest::prelude::any::<String>(),
+        ) {
+            let _ = decode_header_value(&raw);
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&text);
+            let wrapped = format!("=?base64?{encoded}?=");
+            proptest::prop_assert_eq!(decode_header_value(&wrapped), Some(text));
+        }
+    }
+
     #[test]
     fn only_loopback_origins_pass_by_default() {
         assert!(is_loopback_origin("http://localhost:3000"));
