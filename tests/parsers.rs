@@ -2,10 +2,11 @@
 //! cases (proptest) instead of a fuzzer, so they run on stable in `cargo test`. Each property
 //! holds for all input, not for the examples the other tests pick: no panic, the nesting limit
 //! exactly where the tree says, a message read back as it was written, any altered or cut
-//! requestState or hop MAC refused, `_meta` and its trace context read or refused, and SSE read
-//! the same however the bytes are split.
+//! requestState or hop MAC refused, `_meta` and its trace context read or refused, SSE read
+//! the same however the bytes are split, and any config value refused with a reason or taken.
 
 use futures_util::StreamExt;
+use mrtr_gateway::config::Config;
 use mrtr_gateway::jsonrpc::{self, FrameError};
 use mrtr_gateway::protocol::meta::{self, RequestMeta};
 use mrtr_gateway::seal::{self, Claims, Key, KeyRing, ParkId};
@@ -297,6 +298,51 @@ proptest! {
         if let Some(trace) = read.trace {
             prop_assert_eq!(trace.trace_id(), tp.split('-').nth(1).unwrap());
             prop_assert_eq!(trace.tracestate, state);
+        }
+    }
+}
+
+/// A TOML value of any kind a config key might be given by mistake.
+fn toml_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| format!("{f:?}")),
+        "[0-9]{1,20}(ns|us|ms|s|m|h|d|w|y)?".prop_map(|d| format!("{d:?}")),
+        any::<String>().prop_map(|s| format!("{s:?}")),
+        Just("true".to_owned()),
+        Just("[]".to_owned()),
+        Just("{}".to_owned()),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn any_config_text_is_refused_with_a_reason_or_taken(text in any::<String>()) {
+        if let Err(e) = Config::parse(&text, None) {
+            prop_assert!(!e.reason.is_empty());
+        }
+    }
+
+    #[test]
+    fn any_value_for_a_limit_is_refused_with_a_reason_or_taken(
+        key in prop::sample::select(vec![
+            ("server", "max_connections"), ("server", "header_timeout"),
+            ("server", "worker_threads"), ("state", "park_ttl"),
+            ("state", "coalesce_window"), ("limits", "max_body_bytes"),
+            ("limits", "max_json_depth"), ("limits", "max_parked_total"),
+            ("limits", "max_parked_per_principal"), ("limits", "request_timeout"),
+            ("limits", "queue_wait"), ("fleet", "max_transcript_bytes"),
+        ]),
+        value in toml_value(),
+    ) {
+        let (table, name) = key;
+        let text = format!(
+            "[{table}]\n{name} = {value}\n[[backend]]\nname = \"b\"\nkind = \"builtin\"\n"
+        );
+        if let Err(e) = Config::parse(&text, None) {
+            prop_assert!(e.to_string().contains(name), "{} = {}: {}", name, value, e);
         }
     }
 }

@@ -416,12 +416,38 @@ pub const DEFAULT_STDERR_LINE: usize = 16 * 1024;
 /// Default of `write_queue`.
 pub const DEFAULT_WRITE_QUEUE: usize = 32;
 
+/// The TOML text as the raw config. An error names the line it is on and shows it (shortened),
+/// so a value of the wrong type (`max_connections = -1`) points at its key.
+fn read_raw(text: &str) -> Result<raw::Raw, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let Some(span) = e.span() else {
+            return bad("config", e.message());
+        };
+        let start = span.start.min(text.len());
+        let before = text.get(..start).unwrap_or_default();
+        let line_no = before.matches('\n').count() + 1;
+        let line = text
+            .get(before.rfind('\n').map_or(0, |i| i + 1)..)
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim();
+        let shown: String = line.chars().take(80).collect();
+        let more = if shown.len() < line.len() { "..." } else { "" };
+        bad(
+            format!("config, line {line_no}"),
+            format!("`{shown}{more}`: {}", e.message()),
+        )
+    })
+}
+
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
-        let mut raw: raw::Raw = toml::from_str(&text).map_err(|e| bad("config", e.message()))?;
+        let mut raw = read_raw(&text)?;
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         if let Some(id) = env(REPLICA_ID_ENV) {
             raw.fleet.replica_id = Some(id);
@@ -434,11 +460,7 @@ impl Config {
 
     /// Parses and validates config text; `env_keys` is the value of [`KEYS_ENV`], if set.
     pub fn parse(text: &str, env_keys: Option<&str>) -> Result<Config, ConfigError> {
-        let raw: raw::Raw = toml::from_str(text).map_err(|e| {
-            let msg = e.message().to_owned();
-            bad("config", msg)
-        })?;
-        Config::from_raw(raw, env_keys)
+        Config::from_raw(read_raw(text)?, env_keys)
     }
 
     pub fn from_raw(raw: raw::Raw, env_keys: Option<&str>) -> Result<Config, ConfigError> {
@@ -1649,7 +1671,7 @@ mod tests {
                 "[fleet]\nmax_transcript_bytes = 0\n",
                 "fleet.max_transcript_bytes",
             ),
-            ("[fleet]\ndrain = \"1s\"\n", "config"),
+            ("[fleet]\ndrain = \"1s\"\n", "config, line 2"),
         ];
         for (text, field) in cases {
             let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
