@@ -48,16 +48,21 @@ fn id() -> impl Strategy<Value = Value> {
     ]
 }
 
-/// A request, a notification or a response with a result, carrying `v` in its params or result.
+/// A request, a notification, a response with a result or one with an error, carrying `v` in
+/// its params, result or error data.
 fn message() -> impl Strategy<Value = Value> {
-    (id(), any::<String>(), json_value(), 0..3u8).prop_map(|(id, method, v, kind)| {
-        let params = Value::Object(Map::from_iter([("arguments".to_owned(), v.clone())]));
-        match kind {
-            0 => json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-            1 => json!({"jsonrpc": "2.0", "method": method, "params": params}),
-            _ => json!({"jsonrpc": "2.0", "id": id, "result": v}),
-        }
-    })
+    (id(), any::<String>(), json_value(), any::<i64>(), 0..4u8).prop_map(
+        |(id, text, v, code, kind)| {
+            let params = Value::Object(Map::from_iter([("arguments".to_owned(), v.clone())]));
+            match kind {
+                0 => json!({"jsonrpc": "2.0", "id": id, "method": text, "params": params}),
+                1 => json!({"jsonrpc": "2.0", "method": text, "params": params}),
+                2 => json!({"jsonrpc": "2.0", "id": id, "result": v}),
+                _ => json!({"jsonrpc": "2.0", "id": id,
+                            "error": {"code": code, "message": text, "data": v}}),
+            }
+        },
+    )
 }
 
 proptest! {
