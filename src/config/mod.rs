@@ -423,16 +423,9 @@ fn read_raw(text: &str) -> Result<raw::Raw, ConfigError> {
         let Some(span) = e.span() else {
             return bad("config", e.message());
         };
-        let start = span.start.min(text.len());
-        let before = text.get(..start).unwrap_or_default();
+        let before = text.get(..span.start).unwrap_or_default();
         let line_no = before.matches('\n').count() + 1;
-        let line = text
-            .get(before.rfind('\n').map_or(0, |i| i + 1)..)
-            .unwrap_or_default()
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim();
+        let line = text.lines().nth(line_no - 1).unwrap_or_default().trim();
         let shown: String = line.chars().take(80).collect();
         let more = if shown.len() < line.len() { "..." } else { "" };
         bad(
