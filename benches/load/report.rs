@@ -105,6 +105,25 @@ fn niceness() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// How idle CPUs wait, as the kernel reports it: the cpuidle driver and, under `haltpoll`, how
+/// long an idle CPU polls before it halts (0: it halts at once).
+fn idle_driver() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    let Some(driver) = read("/sys/devices/system/cpu/cpuidle/current_driver") else {
+        return String::new();
+    };
+    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Some(ns) if driver == "haltpoll" => {
+            format!(" (idle driver `haltpoll`, `guest_halt_poll_ns` = {ns})")
+        }
+        _ => format!(" (idle driver `{driver}`)"),
+    }
+}
+
 pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let mut s = String::new();
     let (date, commit) = (&r.date, &r.commit);
@@ -139,10 +158,13 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         r.loadavg_before,
         r.loadavg_after,
         vm = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" hypervisor")) {
-            "\n- a virtual machine (the CPU reports the `hypervisor` flag): waking an idle \
-virtual CPU is costly, which weighs on every hop from one process to another"
+            format!(
+                "\n- a virtual machine (the CPU reports the `hypervisor` flag): waking an idle \
+                 virtual CPU is costly, which weighs on every hop from one process to another{}",
+                idle_driver()
+            )
         } else {
-            ""
+            String::new()
         }
     );
 
