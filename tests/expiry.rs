@@ -7,6 +7,7 @@ use mrtr_gateway::protocol::meta::RequestMeta;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Span;
 
 fn request(name: &str, caps: Value) -> Request {
     let params = json!({"name": name, "arguments": {}, "_meta": {
@@ -49,7 +50,11 @@ async fn abandoned_park_cancels_upstream_releases_the_session_and_frees_the_entr
     });
     let bridge = Bridge::new(Arc::new(config));
 
-    let mut rx = bridge.handle(0, request("ask_form", json!({"elicitation": {}})));
+    let mut rx = bridge.handle(
+        0,
+        request("ask_form", json!({"elicitation": {}})),
+        Span::none(),
+    );
     let Some(Reply::Done(Ok(first))) = rx.recv().await else {
         panic!("no first round")
     };
@@ -102,7 +107,11 @@ async fn a_retry_before_the_deadline_still_completes() {
     )
     .expect("config");
     let bridge = Bridge::new(Arc::new(config));
-    let mut rx = bridge.handle(0, request("ask_form", json!({"elicitation": {}})));
+    let mut rx = bridge.handle(
+        0,
+        request("ask_form", json!({"elicitation": {}})),
+        Span::none(),
+    );
     let Some(Reply::Done(Ok(first))) = rx.recv().await else {
         panic!("no first round")
     };
@@ -123,7 +132,7 @@ async fn a_retry_before_the_deadline_still_completes() {
         "inputResponses".into(),
         json!({ key: {"action": "accept", "content": {"name": "late"}} }),
     );
-    let mut rx = bridge.handle(0, retry);
+    let mut rx = bridge.handle(0, retry, Span::none());
     let Some(Reply::Done(Ok(done))) = rx.recv().await else {
         panic!("no final result")
     };

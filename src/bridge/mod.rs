@@ -187,8 +187,13 @@ impl Bridge {
         }
     }
 
-    /// Starts serving one request; the receiver yields its replies.
-    pub fn handle(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
+    /// Starts serving one request, its work run in `span`; the receiver yields its replies.
+    pub fn handle(
+        self: &Arc<Self>,
+        backend: usize,
+        req: Request,
+        span: tracing::Span,
+    ) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
         let bridge = self.clone();
         // Chosen here, so the spawned task is the work itself and holds nothing else.
@@ -209,23 +214,23 @@ impl Bridge {
                     let _ = tx.send(Reply::Done(outcome)).await;
                 })
             };
-        self.spawn_work(task);
+        self.spawn_work(task, span);
         rx
     }
 
     /// Serves a retry forwarded by another replica; it is never forwarded again.
     pub fn handle_hop(self: &Arc<Self>, backend: usize, req: Request) -> mpsc::Receiver<Reply> {
         let (tx, rx) = mpsc::channel(16);
-        self.spawn_work(call::serve(self.clone(), backend, req, tx, true));
+        let work = call::serve(self.clone(), backend, req, tx, true);
+        self.spawn_work(work, tracing::Span::current());
         rx
     }
 
-    /// Runs a request's work in the caller's span (the downstream request), so its logs carry
-    /// it. It is a plain task, not an `Inline` one: it hands its replies to the client's
-    /// connection, which should run as soon as it is woken, not after this task has polled
-    /// itself again.
-    fn spawn_work(&self, task: BoxFuture<'static, ()>) {
-        self.tasks.spawn(task.instrument(tracing::Span::current()));
+    /// Runs a request's work in its span (the downstream request's), so its logs carry it. It
+    /// is a plain task, not an `Inline` one: it hands its replies to the client's connection,
+    /// which should run as soon as it is woken, not after this task has polled itself again.
+    fn spawn_work(&self, task: BoxFuture<'static, ()>, span: tracing::Span) {
+        self.tasks.spawn(task.instrument(span));
     }
 
     async fn plain(&self, backend: usize, req: Request) -> Result<jsonrpc::Payload, ErrorObject> {

@@ -22,7 +22,6 @@ use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-use tracing::Instrument;
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -181,29 +180,30 @@ async fn handle(
     if let Some(trace) = &meta.trace {
         span.record("trace_id", trace.trace_id());
     }
-    let rx = span.in_scope(|| {
-        bridge.handle(
-            backend,
-            bridge::Request {
-                method,
-                params,
-                meta,
-                principal,
-                // Copied: the header shares the connection's read buffer, which a parked call
-                // would otherwise keep alive.
-                authorization: parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()),
-            },
-        )
-    });
+    // The span goes with the request's work, which is where its logs are made; waiting for the
+    // reply logs nothing, so it is not entered here.
+    let rx = bridge.handle(
+        backend,
+        bridge::Request {
+            method,
+            params,
+            meta,
+            principal,
+            // Copied: the header shares the connection's read buffer, which a parked call
+            // would otherwise keep alive.
+            authorization: parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()),
+        },
+        span,
+    );
     let tally = Tally {
         metrics: bridge.metrics().clone(),
         method: label,
         counted: false,
     };
-    Ok(reply(id, rx, tally).instrument(span).await)
+    Ok(reply(id, rx, tally).await)
 }
 
 /// Counts one request's outcome exactly once; a request dropped before its outcome went out
