@@ -69,6 +69,15 @@ async fn assert_the_readme_names_every_metric_and_only_those(gw: &Gateway) {
     );
 }
 
+/// A gateway with its admin listener on, otherwise as configured by default.
+async fn with_admin() -> Gateway {
+    Gateway::with(Options {
+        extra: ADMIN_ON.into(),
+        ..Default::default()
+    })
+    .await
+}
+
 #[tokio::test]
 async fn metrics_move_exactly_over_a_scripted_run() {
     let gw = Gateway::with(Options {
@@ -298,11 +307,7 @@ async fn a_replayed_call_counts_its_rounds_once_when_it_finishes() {
 
 #[tokio::test]
 async fn a_backend_that_dies_counts_as_a_lost_session_and_a_new_start() {
-    let gw = Gateway::with(Options {
-        extra: ADMIN_ON.into(),
-        ..Default::default()
-    })
-    .await;
+    let gw = with_admin().await;
     let c = gw.client();
     let before = gw.scrape().await;
     let crashed = c.call_tool("crash", json!({}), &json!({})).await;
@@ -340,11 +345,7 @@ async fn a_backend_that_dies_counts_as_a_lost_session_and_a_new_start() {
 
 #[tokio::test]
 async fn refusals_at_the_http_face_are_counted_with_a_bounded_method_label() {
-    let gw = Gateway::with(Options {
-        extra: ADMIN_ON.into(),
-        ..Default::default()
-    })
-    .await;
+    let gw = with_admin().await;
     let c = gw.client();
     let before = gw.scrape().await;
     // An unknown method: the label stays bounded.
@@ -384,11 +385,7 @@ async fn refusals_at_the_http_face_are_counted_with_a_bounded_method_label() {
 
 #[tokio::test]
 async fn health_and_readiness_answer_and_readiness_fails_while_draining() {
-    let mut gw = Gateway::with(Options {
-        extra: ADMIN_ON.into(),
-        ..Default::default()
-    })
-    .await;
+    let mut gw = with_admin().await;
     let admin = gw.admin_addr();
     assert_ne!(
         admin,
@@ -469,11 +466,7 @@ fn proc_self(file: &str, key: &str) -> f64 {
 #[tokio::test]
 async fn the_process_and_the_version_are_on_metrics() {
     // The gateway runs in this test's process: its /proc entries are this process's.
-    let gw = Gateway::with(Options {
-        extra: ADMIN_ON.into(),
-        ..Default::default()
-    })
-    .await;
+    let gw = with_admin().await;
     let c = gw.client();
     assert_eq!(
         c.call_tool("echo", json!({"text": "hi"}), &json!({}))
