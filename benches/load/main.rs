@@ -62,8 +62,9 @@ struct Args {
     /// Seconds recorded for each side of (a), over all slices.
     #[arg(long, default_value_t = 15.0)]
     duration: f64,
-    /// The direct and the gateway side alternate this many times, in (a) and (b).
-    #[arg(long, default_value_t = 5)]
+    /// The direct and the gateway side alternate this many times, in (a) and (b); the sides take
+    /// their turns in reverse order every other time, so an even count balances them.
+    #[arg(long, default_value_t = 6)]
     slices: usize,
     /// MRTR rounds timed for (b), through the gateway and directly.
     #[arg(long, default_value_t = 400)]
@@ -141,6 +142,10 @@ pub struct Load {
     pub throughput_rps: f64,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// The p50 of each slice on its own, in the order run (empty in results from before it was
+    /// recorded).
+    #[serde(default)]
+    pub p50_by_slice_us: Vec<f64>,
 }
 
 /// CPU spent per operation, in microseconds: on a CPU, and runnable but waiting for one.
@@ -259,6 +264,26 @@ trait Caller: Send + 'static {
     fn call(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
+/// One side's turn in a slice of (a) or (b).
+#[derive(Debug, Clone, Copy)]
+enum Turn {
+    Direct,
+    Relay,
+    Gateway,
+    Threaded,
+}
+
+/// The order of the sides' turns in slice `k`, reversed every other slice: a load on the machine
+/// that rises or falls during the run then weighs on each side alike, where a fixed order would
+/// give it to whichever side comes later in every slice.
+fn turns(k: usize) -> [Turn; 4] {
+    let mut order = [Turn::Direct, Turn::Relay, Turn::Gateway, Turn::Threaded];
+    if k % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 /// What one open-loop slice recorded.
 struct Slice {
     hist: Histogram<u64>,
@@ -350,6 +375,8 @@ async fn open_loop<C: Caller>(
 /// One side of an interleaved comparison, summed over its slices.
 struct Side {
     slices: Slice,
+    /// The p50 of each slice's latencies, in µs.
+    by_slice: Vec<f64>,
     gateway: Sched,
     backend: Sched,
     ops: u64,
@@ -365,6 +392,7 @@ impl Side {
                 sent: 0,
                 secs: 0.0,
             },
+            by_slice: Vec::new(),
             gateway: Sched::default(),
             backend: Sched::default(),
             ops: 0,
@@ -374,6 +402,9 @@ impl Side {
     /// Adds a slice's latencies and the CPU its processes used meanwhile.
     fn add(&mut self, hist: &Histogram<u64>, secs: f64, ops: u64, gateway: Sched, backend: Sched) {
         self.slices.hist.add(hist).expect("same bounds");
+        if !hist.is_empty() {
+            self.by_slice.push(Latency::of(hist).p50_us);
+        }
         self.slices.secs += secs;
         self.ops += ops;
         self.gateway = self.gateway.plus(&gateway);
@@ -424,6 +455,7 @@ impl Side {
             latency: Latency::of(&self.slices.hist),
             errors: self.slices.errors,
             first_error: self.slices.first_error.clone(),
+            p50_by_slice_us: self.by_slice.clone(),
         }
     }
 
@@ -675,24 +707,36 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     for k in 0..slices {
         let n = args.rounds / slices + usize::from(k < args.rounds % slices);
         let direct_backend = || direct_pid.to_vec();
-        let rounds = direct_rounds(&mut backend, n);
-        resume_direct.rounds(&[], direct_backend, n, rounds).await?;
-        if let Some(relayed) = relayed.as_mut() {
-            let rounds = direct_rounds(relayed, n);
-            resume_relay
-                .rounds(&relay_pid, direct_backend, n, rounds)
-                .await?;
-        }
-        let rounds = gateway_rounds(&gw.url, n);
-        resume_gateway
-            .rounds(&gw_pid, gw_backend, n, rounds)
-            .await?;
-        if let Some((_, t)) = &threaded {
-            let rounds = gateway_rounds(&t.url, n);
-            let backend = || backend_of(t.proc.pid);
-            resume_threaded
-                .rounds(&threaded_pid, backend, n, rounds)
-                .await?;
+        for turn in turns(k) {
+            match turn {
+                Turn::Direct => {
+                    let rounds = direct_rounds(&mut backend, n);
+                    resume_direct.rounds(&[], direct_backend, n, rounds).await?;
+                }
+                Turn::Relay => {
+                    if let Some(relayed) = relayed.as_mut() {
+                        let rounds = direct_rounds(relayed, n);
+                        resume_relay
+                            .rounds(&relay_pid, direct_backend, n, rounds)
+                            .await?;
+                    }
+                }
+                Turn::Gateway => {
+                    let rounds = gateway_rounds(&gw.url, n);
+                    resume_gateway
+                        .rounds(&gw_pid, gw_backend, n, rounds)
+                        .await?;
+                }
+                Turn::Threaded => {
+                    if let Some((_, t)) = &threaded {
+                        let rounds = gateway_rounds(&t.url, n);
+                        let backend = || backend_of(t.proc.pid);
+                        resume_threaded
+                            .rounds(&threaded_pid, backend, n, rounds)
+                            .await?;
+                    }
+                }
+            }
         }
     }
     progress("(b) direct", &Latency::of(&resume_direct.slices.hist));
@@ -754,26 +798,38 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     let (mut direct, mut through) = (Side::new(), Side::new());
     let (mut via_relay, mut via_threaded) = (Side::new(), Side::new());
     let pace = (args.rate, warmup, slice_time);
-    for _ in 0..slices {
+    for k in 0..slices {
         let direct_backend = || direct_pid.to_vec();
-        direct_callers = direct
-            .load_slice(direct_callers, &[], direct_backend, pace)
-            .await;
-        if let Some(callers) = relay_callers.take() {
-            let callers = via_relay
-                .load_slice(callers, &relay_pid, direct_backend, pace)
-                .await;
-            relay_callers = Some(callers);
-        }
-        gw_callers = through
-            .load_slice(gw_callers, &gw_pid, gw_backend, pace)
-            .await;
-        if let (Some(callers), Some((_, t))) = (threaded_callers.take(), &threaded) {
-            let backend = || backend_of(t.proc.pid);
-            let callers = via_threaded
-                .load_slice(callers, &threaded_pid, backend, pace)
-                .await;
-            threaded_callers = Some(callers);
+        for turn in turns(k) {
+            match turn {
+                Turn::Direct => {
+                    direct_callers = direct
+                        .load_slice(direct_callers, &[], direct_backend, pace)
+                        .await;
+                }
+                Turn::Relay => {
+                    if let Some(callers) = relay_callers.take() {
+                        let callers = via_relay
+                            .load_slice(callers, &relay_pid, direct_backend, pace)
+                            .await;
+                        relay_callers = Some(callers);
+                    }
+                }
+                Turn::Gateway => {
+                    gw_callers = through
+                        .load_slice(gw_callers, &gw_pid, gw_backend, pace)
+                        .await;
+                }
+                Turn::Threaded => {
+                    if let (Some(callers), Some((_, t))) = (threaded_callers.take(), &threaded) {
+                        let backend = || backend_of(t.proc.pid);
+                        let callers = via_threaded
+                            .load_slice(callers, &threaded_pid, backend, pace)
+                            .await;
+                        threaded_callers = Some(callers);
+                    }
+                }
+            }
         }
     }
     let (direct_load, through_load) = (direct.load(), through.load());

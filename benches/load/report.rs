@@ -1,7 +1,7 @@
 //! BENCHMARKS.md: the figures against their targets, criterion's micro-benchmark estimates, the
 //! machine, the method, and what bounds each figure.
 
-use crate::Results;
+use crate::{Load, Results};
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
@@ -64,6 +64,21 @@ const ADDED_P99_US: f64 = 1000.0;
 const ROUND_P50_US: f64 = 200.0;
 const PER_PARKED_KIB: f64 = 16.0;
 const PARKED_HELD: usize = 10_000;
+
+/// The gateway's p50 less the direct client's, slice by slice, or `None` for results from before
+/// slices were recorded.
+fn slice_by_slice(gateway: &Load, direct: &Load) -> Option<String> {
+    let (g, d) = (&gateway.p50_by_slice_us, &direct.p50_by_slice_us);
+    if g.is_empty() || g.len() != d.len() {
+        return None;
+    }
+    let each: Vec<String> = g
+        .iter()
+        .zip(d)
+        .map(|(g, d)| format!("{:.0}", g - d))
+        .collect();
+    Some(format!("{} µs", each.join(", ")))
+}
 
 /// A target met, for the table.
 fn met(ok: bool) -> &'static str {
@@ -182,6 +197,12 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         us(add_p99),
         met(add_p99 <= ADDED_P99_US)
     );
+    if let Some(each) = slice_by_slice(&r.gateway, &r.direct) {
+        let _ = writeln!(
+            s,
+            "| (a) added p50 slice by slice (each gateway slice less the direct slice beside it), in the order run | {each} | | |"
+        );
+    }
     let _ = writeln!(
         s,
         "| (a) throughput through the gateway at {:.0} req/s offered | {:.0} req/s, {} errors | {:.0} req/s sustained | {} |",
@@ -457,7 +478,9 @@ stands for serve). They share \
 the {cpus} CPUs, so every figure includes contention between them.\n\
 - The baseline and the gateway are measured in the same run, alternating in {slices} slices \
 each for (a) and for (b), so both sides see the same machine (it is shared, and the load of \
-others comes and goes). CPU figures come from `/proc/PID/task/*/schedstat` of the gateway and of \
+others comes and goes). The sides take their turns in reverse order every other slice (direct, \
+relay, gateway, then the other way round), so a load that rises or falls during the run weighs \
+on each side alike. CPU figures come from `/proc/PID/task/*/schedstat` of the gateway and of \
 the backend processes over each side's slices: time on a CPU, and time runnable but waiting for \
 one.\n\
 - (a) Open loop at {rate:.0} req/s in total over {conns} HTTP/1.1 keep-alive connections, each \
