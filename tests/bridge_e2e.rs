@@ -89,6 +89,76 @@ async fn sampling_answer_reaches_the_backend() {
     gw.stop().await;
 }
 
+/// Tool use in sampling is a capability of its own (`sampling.tools`): a client that declared it
+/// gets the backend's tool-enabled sampling request, and a client that declared sampling alone
+/// (same principal, next call) is not handed the session that was told about tools.
+#[tokio::test]
+async fn tool_enabled_sampling_goes_only_to_clients_that_declared_sampling_tools() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let args = json!({"prompt": "define mrtr", "tools": true});
+    let with_tools = json!({"sampling": {"tools": {}}});
+    let first = c.call_tool("sample", args.clone(), &with_tools).await;
+    let key = first.key_for("sampling/createMessage");
+    let params = &first.result()["inputRequests"][&key]["params"];
+    assert_eq!(params["tools"][0]["name"], "lookup", "{params:#}");
+    assert_eq!(params["toolChoice"]["mode"], "auto", "{params:#}");
+    let done = c
+        .retry_tool(
+            "sample",
+            args.clone(),
+            &with_tools,
+            json!({ key: sampled("a round trip") }),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json()["text"], "a round trip");
+
+    let plain = json!({"sampling": {}});
+    let r = c.call_tool("sample", args, &plain).await;
+    let result = r.result();
+    assert_eq!(
+        result["resultType"], "complete",
+        "no tool-enabled sampling request reaches a client without sampling.tools: {result:#}"
+    );
+    assert_eq!(result["isError"], true, "{result:#}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("sampling.tools"),
+        "its backend session was told only `sampling`: {text}"
+    );
+    gw.stop().await;
+}
+
+/// A backend that sends tool-enabled sampling regardless is refused by the gateway, and the
+/// client never sees the request.
+#[tokio::test]
+async fn tool_enabled_sampling_the_client_did_not_declare_is_refused_upstream() {
+    let gw = Gateway::with(Options {
+        server_args: vec!["--ignore-capabilities".into()],
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let r = c
+        .call_tool("sample", json!({"tools": true}), &json!({"sampling": {}}))
+        .await;
+    let result = r.result();
+    assert_eq!(result["resultType"], "complete", "{result:#}");
+    assert_eq!(result["isError"], true, "{result:#}");
+    let refused = gw.backend_received().into_iter().any(|m| {
+        m["error"]["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("does not support tool use in sampling"))
+    });
+    assert!(
+        refused,
+        "the backend got an error answer: {:#?}",
+        gw.backend_received()
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn roots_answer_reaches_the_backend() {
     let gw = Gateway::start().await;

@@ -916,7 +916,7 @@ impl Task {
 
     /// Answers a backend's input request as a client without the capability would.
     async fn refuse_input(&mut self, id: Id, kind: Kind, params: Option<&Value>) {
-        let e = input::refused_answer(kind, input::is_url_elicitation(params));
+        let e = input::refused_answer(&self.declared, kind, params);
         let _ = self.lease.session().respond(id, Err(e)).await;
     }
 

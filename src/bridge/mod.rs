@@ -312,7 +312,6 @@ impl Bridge {
                     fingerprint: declared.fingerprint(),
                 },
                 declared,
-                modern_caps: &req.meta.capabilities,
                 client_info: req.meta.client_info.as_ref(),
                 interactive,
                 authorization: req.authorization.as_ref(),

@@ -31,6 +31,7 @@ pub(crate) enum AskError {
 
 const FORM_SINCE: &str = "2025-06-18";
 const URL_SINCE: &str = "2025-11-25";
+const SAMPLING_TOOLS_SINCE: &str = "2025-11-25";
 
 fn unavailable_for_version(ctx: &Ctx, what: &str, since: &str) -> AskError {
     AskError::Unavailable(format!(
@@ -96,6 +97,28 @@ pub(crate) fn require_sampling(ctx: &Ctx) -> Result<(), AskError> {
         Ok(())
     } else {
         Err(missing_capability("`sampling`"))
+    }
+}
+
+/// Tool use in sampling: `sampling.tools` declared (2025-11-25 on).
+fn require_sampling_tools(ctx: &Ctx) -> Result<(), AskError> {
+    if !ctx.at_least(SAMPLING_TOOLS_SINCE) {
+        return Err(unavailable_for_version(
+            ctx,
+            "tool use in sampling",
+            SAMPLING_TOOLS_SINCE,
+        ));
+    }
+    let declared = ctx
+        .shared
+        .client_capabilities()
+        .get("sampling")
+        .and_then(|s| s.get("tools"))
+        .is_some_and(Value::is_object);
+    if declared || ctx.shared.opts.ignore_capabilities {
+        Ok(())
+    } else {
+        Err(missing_capability("`sampling.tools`"))
     }
 }
 
@@ -200,12 +223,27 @@ impl SampleOutcome {
     }
 }
 
-pub(crate) fn start_sample(ctx: &Ctx, prompt: &str) -> Result<Outstanding, AskError> {
+/// Asks the client's model to complete `prompt`; `with_tools` offers it a tool as well (a
+/// tool-enabled sampling request).
+pub(crate) fn start_sample(
+    ctx: &Ctx,
+    prompt: &str,
+    with_tools: bool,
+) -> Result<Outstanding, AskError> {
     require_sampling(ctx)?;
-    let params = json!({
+    let mut params = json!({
         "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
         "maxTokens": 64,
     });
+    if with_tools {
+        require_sampling_tools(ctx)?;
+        params["tools"] = json!([{
+            "name": "lookup",
+            "description": "Looks a word up.",
+            "inputSchema": {"type": "object", "properties": {"word": {"type": "string"}}},
+        }]);
+        params["toolChoice"] = json!({"mode": "auto"});
+    }
     Ok(ctx.send_request("sampling/createMessage", params))
 }
 

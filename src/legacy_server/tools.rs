@@ -83,7 +83,12 @@ const TOOLS: &[ToolDef] = &[
     ToolDef {
         name: "sample",
         description: "Asks the client's model to complete a prompt.",
-        properties: || json!({"prompt": {"type": "string", "description": "Prompt to sample"}}),
+        properties: || {
+            json!({
+                "prompt": {"type": "string", "description": "Prompt to sample"},
+                "tools": {"type": "boolean", "description": "Offer the model a tool (needs `sampling.tools`)"},
+            })
+        },
         required: &[],
         read_only: true,
         destructive: false,
@@ -317,7 +322,16 @@ async fn ask_url(ctx: &Ctx) -> ToolResult {
 
 async fn sample(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {
     let prompt = optional_str(args, "prompt")?.unwrap_or(DEFAULT_PROMPT);
-    let outcome = asks::finish_sample(asks::start_sample(ctx, prompt)?).await?;
+    let with_tools = match args.get("tools") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ToolError::Failed(
+                "argument `tools` must be a boolean".into(),
+            ));
+        }
+    };
+    let outcome = asks::finish_sample(asks::start_sample(ctx, prompt, with_tools)?).await?;
     Ok(outcome.to_json())
 }
 
@@ -333,7 +347,7 @@ async fn all_three(ctx: &Ctx) -> ToolResult {
     asks::require_sampling(ctx)?;
     asks::require_roots(ctx)?;
     let elicit = asks::ask_form(ctx, DEFAULT_FORM_MESSAGE, name_form()).await?;
-    let sample = asks::finish_sample(asks::start_sample(ctx, DEFAULT_PROMPT)?).await?;
+    let sample = asks::finish_sample(asks::start_sample(ctx, DEFAULT_PROMPT, false)?).await?;
     let roots = asks::list_roots(ctx).await?;
     Ok(json!({"elicit": elicit.to_json(), "sample": sample.to_json(), "roots": roots}))
 }
@@ -343,7 +357,7 @@ async fn pair(ctx: &Ctx) -> ToolResult {
     asks::require_sampling(ctx)?;
     // Both requests are on the wire before either answer is awaited.
     let elicit = asks::start_form(ctx, DEFAULT_FORM_MESSAGE, name_form())?;
-    let sample = asks::start_sample(ctx, DEFAULT_PROMPT)?;
+    let sample = asks::start_sample(ctx, DEFAULT_PROMPT, false)?;
     let (elicit, sample) = tokio::join!(asks::finish_elicit(elicit), asks::finish_sample(sample));
     Ok(json!({"elicit": elicit?.to_json(), "sample": sample?.to_json()}))
 }

@@ -9,6 +9,10 @@ pub struct Declared {
     pub elicitation_form: bool,
     pub elicitation_url: bool,
     pub sampling: bool,
+    /// `sampling.tools`: sampling requests may carry `tools` and `toolChoice`.
+    pub sampling_tools: bool,
+    /// `sampling.context`: sampling requests may ask to include other context (deprecated).
+    pub sampling_context: bool,
     pub roots: bool,
 }
 
@@ -20,10 +24,14 @@ impl Declared {
             Some(e) => (e.contains_key("form"), e.contains_key("url")),
             None => (false, false),
         };
+        let sampling = caps.get("sampling").and_then(Value::as_object);
+        let sub = |name: &str| sampling.is_some_and(|s| s.get(name).is_some_and(Value::is_object));
         Declared {
             elicitation_form: form,
             elicitation_url: url,
-            sampling: caps.get("sampling").is_some_and(Value::is_object),
+            sampling: sampling.is_some(),
+            sampling_tools: sub("tools"),
+            sampling_context: sub("context"),
             roots: caps.get("roots").is_some_and(Value::is_object),
         }
     }
@@ -34,6 +42,8 @@ impl Declared {
             elicitation_form: self.elicitation_form && other.elicitation_form,
             elicitation_url: self.elicitation_url && other.elicitation_url,
             sampling: self.sampling && other.sampling,
+            sampling_tools: self.sampling_tools && other.sampling_tools,
+            sampling_context: self.sampling_context && other.sampling_context,
             roots: self.roots && other.roots,
         }
     }
@@ -49,38 +59,49 @@ impl Declared {
             | (u8::from(self.elicitation_url) << 1)
             | (u8::from(self.sampling) << 2)
             | (u8::from(self.roots) << 3)
+            | (u8::from(self.sampling_tools) << 4)
+            | (u8::from(self.sampling_context) << 5)
     }
 
     /// What a session negotiated at `version` can actually carry of this set.
     pub fn at_version(&self, version: &str) -> Declared {
         match version {
             "2025-11-25" => *self,
+            // Sampling's sub-capabilities came with 2025-11-25, as did URL elicitation.
             "2025-06-18" => Declared {
                 elicitation_url: false,
+                sampling_tools: false,
+                sampling_context: false,
                 ..*self
             },
             _ => Declared {
                 elicitation_form: false,
                 elicitation_url: false,
+                sampling_tools: false,
+                sampling_context: false,
                 ..*self
             },
         }
     }
 
-    /// The `capabilities` object for a legacy `initialize` requesting `version`.
-    pub fn to_legacy(&self, version: &str, modern: &Map<String, Value>) -> Value {
+    /// The `capabilities` object for a legacy `initialize` requesting `version`: what this set
+    /// declares and nothing else, so that sessions with the same fingerprint told their backend
+    /// the same thing.
+    pub fn to_legacy(&self, version: &str) -> Value {
         let usable = self.at_version(version);
         let mut out = Map::new();
         if usable.roots {
             out.insert("roots".into(), json!({"listChanged": false}));
         }
         if usable.sampling {
-            // 2025-11-25 sampling sub-capabilities (context, tools) keep their shape.
-            let sampling = match version {
-                "2025-11-25" => modern.get("sampling").cloned().unwrap_or(json!({})),
-                _ => json!({}),
-            };
-            out.insert("sampling".into(), sampling);
+            let mut sampling = Map::new();
+            if usable.sampling_tools {
+                sampling.insert("tools".into(), json!({}));
+            }
+            if usable.sampling_context {
+                sampling.insert("context".into(), json!({}));
+            }
+            out.insert("sampling".into(), Value::Object(sampling));
         }
         if usable.elicitation_form || usable.elicitation_url {
             let elicitation = if version == "2025-11-25" {
@@ -123,19 +144,20 @@ mod tests {
             elicitation_form: true,
             elicitation_url: true,
             sampling: true,
+            sampling_tools: true,
+            sampling_context: true,
             roots: true,
         };
-        let m = Map::new();
         assert_eq!(
-            all.to_legacy("2025-11-25", &m),
-            json!({"roots": {"listChanged": false}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
+            all.to_legacy("2025-11-25"),
+            json!({"roots": {"listChanged": false}, "sampling": {"tools": {}, "context": {}}, "elicitation": {"form": {}, "url": {}}})
         );
         assert_eq!(
-            all.to_legacy("2025-06-18", &m),
+            all.to_legacy("2025-06-18"),
             json!({"roots": {"listChanged": false}, "sampling": {}, "elicitation": {}})
         );
         assert_eq!(
-            all.to_legacy("2024-11-05", &m),
+            all.to_legacy("2024-11-05"),
             json!({"roots": {"listChanged": false}, "sampling": {}})
         );
     }
@@ -152,5 +174,27 @@ mod tests {
         };
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_eq!(Declared::default().fingerprint(), 0);
+    }
+
+    /// A session started for a client that declared tool use in sampling must not serve one that
+    /// did not: they differ in fingerprint, and each backend hears only what its client said.
+    #[test]
+    fn sampling_sub_capabilities_are_read_keyed_and_passed_on_as_declared() {
+        let plain = Declared::from_modern(&caps(json!({"sampling": {}})));
+        let tools = Declared::from_modern(&caps(
+            json!({"sampling": {"tools": {}, "future": {"x": 1}}}),
+        ));
+        assert!(plain.sampling && !plain.sampling_tools && !plain.sampling_context);
+        assert!(tools.sampling && tools.sampling_tools && !tools.sampling_context);
+        assert_ne!(plain.fingerprint(), tools.fingerprint());
+        assert_eq!(
+            tools.to_legacy("2025-11-25"),
+            json!({"sampling": {"tools": {}}})
+        );
+        assert_eq!(plain.to_legacy("2025-11-25"), json!({"sampling": {}}));
+        assert!(!plain.intersect(&tools).sampling_tools);
+        // Not an object: not declared.
+        let odd = Declared::from_modern(&caps(json!({"sampling": {"tools": true}})));
+        assert!(odd.sampling && !odd.sampling_tools);
     }
 }

@@ -45,12 +45,21 @@ pub fn is_url_elicitation(params: Option<&Value>) -> bool {
     params.and_then(|p| p.get("mode")).and_then(Value::as_str) == Some("url")
 }
 
+/// Whether a sampling request is tool-enabled: it offers the model tools, or says how to choose
+/// them. Only a client that declared `sampling.tools` may be sent one.
+fn uses_tools(params: Option<&Value>) -> bool {
+    params.and_then(Value::as_object).is_some_and(|p| {
+        p.get("tools").is_some_and(|t| !t.is_null())
+            || p.get("toolChoice").is_some_and(|t| !t.is_null())
+    })
+}
+
 /// Whether this client, in this request, declared what the push needs.
 pub fn allowed(declared: &Declared, kind: Kind, params: Option<&Value>) -> bool {
     match kind {
         Kind::Elicitation if is_url_elicitation(params) => declared.elicitation_url,
         Kind::Elicitation => declared.elicitation_form,
-        Kind::Sampling => declared.sampling,
+        Kind::Sampling => declared.sampling && (declared.sampling_tools || !uses_tools(params)),
         Kind::Roots => declared.roots,
     }
 }
@@ -156,16 +165,13 @@ pub fn abandoned_answer(kind: Kind) -> Result<Value, ErrorObject> {
     }
 }
 
-/// What the backend hears when it pushes something this client did not declare.
-pub fn refused_answer(kind: Kind, url_mode: bool) -> ErrorObject {
-    let what = match (kind, url_mode) {
-        (Kind::Elicitation, true) => "URL-mode elicitation",
-        (k, _) => k.as_str(),
-    };
-    let code = if kind == Kind::Elicitation && url_mode {
-        INVALID_PARAMS
-    } else {
-        METHOD_NOT_FOUND
+/// What the backend hears when it pushes something this client did not declare (`allowed` said
+/// no): a method the client lacks, or a mode of one it has.
+pub fn refused_answer(declared: &Declared, kind: Kind, params: Option<&Value>) -> ErrorObject {
+    let (code, what) = match kind {
+        Kind::Elicitation if is_url_elicitation(params) => (INVALID_PARAMS, "URL-mode elicitation"),
+        Kind::Sampling if declared.sampling => (INVALID_PARAMS, "tool use in sampling"),
+        k => (METHOD_NOT_FOUND, k.as_str()),
     };
     ErrorObject::new(code, format!("the client does not support {what}"))
 }
@@ -216,5 +222,30 @@ mod tests {
         assert!(allowed(&form_only, Kind::Elicitation, None));
         assert!(!allowed(&form_only, Kind::Elicitation, Some(&url)));
         assert!(!allowed(&form_only, Kind::Sampling, None));
+    }
+
+    #[test]
+    fn tool_enabled_sampling_needs_sampling_tools() {
+        let plain = Declared {
+            sampling: true,
+            ..Default::default()
+        };
+        let tools = Declared {
+            sampling_tools: true,
+            ..plain
+        };
+        let offered = json!({"messages": [], "tools": [{"name": "t"}]});
+        let chosen = json!({"messages": [], "toolChoice": {"mode": "none"}});
+        let neither = json!({"messages": [], "tools": null});
+        assert!(allowed(&plain, Kind::Sampling, Some(&neither)));
+        assert!(!allowed(&plain, Kind::Sampling, Some(&offered)));
+        assert!(!allowed(&plain, Kind::Sampling, Some(&chosen)));
+        assert!(allowed(&tools, Kind::Sampling, Some(&offered)));
+        // The backend hears which part the client lacks.
+        let e = refused_answer(&plain, Kind::Sampling, Some(&offered));
+        assert_eq!(e.code, INVALID_PARAMS);
+        assert!(e.message.contains("tool use in sampling"), "{}", e.message);
+        let e = refused_answer(&Declared::default(), Kind::Sampling, Some(&offered));
+        assert_eq!(e.code, METHOD_NOT_FOUND);
     }
 }

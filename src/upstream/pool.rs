@@ -10,7 +10,7 @@ use crate::config::{Authorization, Backend, Limits, Transport};
 use crate::metrics::{PoolMetrics, SessionEnd, SessionState};
 use crate::protocol::caps::Declared;
 use crate::seal::Digest;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -87,7 +87,6 @@ impl Drop for Lease {
 pub struct Want<'a> {
     pub key: PoolKey,
     pub declared: Declared,
-    pub modern_caps: &'a Map<String, Value>,
     pub client_info: Option<&'a Value>,
     pub interactive: bool,
     /// The client's `Authorization` header (used only by backends that pass it on).
@@ -228,7 +227,6 @@ impl Pool {
             backend: self.backend.name.clone(),
             protocol_version: self.backend.protocol_version,
             declared: want.declared,
-            modern_caps: want.modern_caps.clone(),
             client_info: want.client_info.cloned(),
             max_message_bytes: self.limits.max_line_bytes,
             max_json_depth: self.limits.max_json_depth,
@@ -467,14 +465,12 @@ mod tests {
             shutdown.clone(),
             PoolMetrics::default(),
         );
-        let caps = Map::new();
         let want = Want {
             key: PoolKey {
                 principal: Digest([0; 32]),
                 fingerprint: 0,
             },
             declared: Declared::default(),
-            modern_caps: &caps,
             client_info: None,
             interactive: false,
             authorization: None,

@@ -762,7 +762,6 @@ impl Router {
                             .push((id, Instant::now() + self.rules.held_roots_wait));
                     }
                     _ => {
-                        let url = input::is_url_elicitation(params.as_ref());
                         let why = if input::allowed(&self.declared, kind, params.as_ref()) {
                             ErrorObject::new(
                                 INTERNAL_ERROR,
@@ -772,7 +771,7 @@ impl Router {
                                 ),
                             )
                         } else {
-                            input::refused_answer(kind, url)
+                            input::refused_answer(&self.declared, kind, params.as_ref())
                         };
                         out.push(crate::jsonrpc::response(Some(&id), Err(why)));
                     }
@@ -935,7 +934,6 @@ pub struct Start {
     pub backend: String,
     pub protocol_version: &'static str,
     pub declared: Declared,
-    pub modern_caps: serde_json::Map<String, Value>,
     pub client_info: Option<Value>,
     pub max_message_bytes: usize,
     pub max_json_depth: usize,
@@ -968,7 +966,7 @@ where
     };
     let params = json!({
         "protocolVersion": start.protocol_version,
-        "capabilities": start.declared.to_legacy(start.protocol_version, &start.modern_caps),
+        "capabilities": start.declared.to_legacy(start.protocol_version),
         "clientInfo": start.client_info.clone().unwrap_or_else(|| json!({"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")})),
     });
     let init = Message::Request {

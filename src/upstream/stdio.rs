@@ -329,7 +329,6 @@ mod tests {
             backend: "mute".into(),
             protocol_version: "2025-06-18",
             declared: Default::default(),
-            modern_caps: Default::default(),
             client_info: None,
             max_message_bytes: 1 << 20,
             max_json_depth: 64,
