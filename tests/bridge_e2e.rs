@@ -391,6 +391,83 @@ async fn url_elicitation_required_error_becomes_a_round_then_a_reissue() {
     gw.stop().await;
 }
 
+/// The backend asks a question, then ends the call with -32042 while the client is away
+/// answering it: the retry gets the URL elicitation as a further round, never the legacy code.
+#[tokio::test]
+async fn url_elicitation_required_while_parked_becomes_a_further_round() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {"form": {}, "url": {}}});
+    let args = json!({"ask_first_ms": 300});
+    let r1 = c.call_tool("url_required", args.clone(), &caps).await;
+    let form = r1.key_for("elicitation/create");
+    assert_eq!(
+        r1.result()["inputRequests"][&form]["params"]["mode"],
+        "form"
+    );
+    // The backend's -32042 arrives while the call is parked.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let r2 = c
+        .retry_tool(
+            "url_required",
+            args.clone(),
+            &caps,
+            json!({ form: accept(json!({"name": "Ada"})) }),
+            &r1.state(),
+        )
+        .await;
+    assert!(
+        r2.body.get("error").is_none(),
+        "no legacy error code reaches the client: {:#}",
+        r2.body
+    );
+    let url = r2.key_for("elicitation/create");
+    assert_eq!(r2.result()["inputRequests"][&url]["params"]["mode"], "url");
+    let done = c
+        .retry_tool(
+            "url_required",
+            args,
+            &caps,
+            json!({ url: {"action": "accept"} }),
+            &r2.state(),
+        )
+        .await;
+    assert_eq!(done.tool_json(), json!({"connected": true}));
+    gw.stop().await;
+}
+
+/// Codes 2026-07-28 keeps for itself (-32020 to -32099) are not the legacy backend's to use:
+/// its -32050 goes out as -32603 with its message and data; codes outside the range pass.
+#[tokio::test]
+async fn backend_errors_in_the_range_the_specification_keeps_become_internal_errors() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let r = c
+        .call_tool(
+            "fail",
+            json!({"code": -32050, "message": "odd"}),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32603, "{:#}", r.body);
+    assert_eq!(r.error_message(), "odd");
+    assert_eq!(r.body["error"]["data"]["asked"], -32050);
+    let r = c
+        .call_tool("fail", json!({"code": -32021}), &json!({}))
+        .await;
+    assert_eq!(
+        r.error_code(),
+        -32603,
+        "not the 2026-07-28 meaning: {:#}",
+        r.body
+    );
+    let r = c
+        .call_tool("fail", json!({"code": -31999}), &json!({}))
+        .await;
+    assert_eq!(r.error_code(), -31999, "{:#}", r.body);
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn url_elicitation_required_without_the_capability_is_a_missing_capability_error() {
     let gw = Gateway::start().await;

@@ -8,7 +8,8 @@
 use super::park::{Door, Entry, Handle, Resume};
 use super::replay::{self, Match};
 use super::{
-    Bridge, Reply, Request, backend_failed, invalid_state, upstream_error, upstream_params,
+    Bridge, Reply, Request, backend_error, backend_failed, invalid_state, upstream_error,
+    upstream_params,
 };
 use crate::fleet::{self, Route};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id, Raw};
@@ -568,10 +569,23 @@ impl Task {
             self.declared = self.declared.intersect(&resume.declared);
             Box::pin(self.refuse_undeclared()).await;
             if let Some(outcome) = self.outcome.take() {
-                let _ = reply
-                    .send(Reply::Done(self.bridge.finish(&self.method, true, outcome)))
-                    .await;
-                return;
+                // The backend ended the call while the client was away. Asking for URL
+                // elicitation makes another round, as it does when the client is there.
+                let ended = match outcome {
+                    Err(e) if e.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED => {
+                        match self.url_required(&e) {
+                            Step::Done(outcome) => Some(outcome),
+                            _ => None,
+                        }
+                    }
+                    outcome => Some(outcome.map_err(backend_error)),
+                };
+                if let Some(outcome) = ended {
+                    let _ = reply
+                        .send(Reply::Done(self.bridge.finish(&self.method, true, outcome)))
+                        .await;
+                    return;
+                }
             }
             if self.reissue && self.pending.is_empty() {
                 self.reissue = false;
@@ -630,7 +644,7 @@ impl Task {
                         {
                             return self.url_required(e);
                         }
-                        return Step::Done(outcome);
+                        return Step::Done(outcome.map_err(backend_error));
                     }
                     Some(CallEvent::Unsent(reason)) if (self.round == 0 || self.replay.is_some()) && !self.resent => {
                         // The backend's session was gone before it saw the request: once, on a new
@@ -847,13 +861,20 @@ impl Task {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        if elicitations.is_empty() || !self.declared.elicitation_url {
+        if !self.declared.elicitation_url {
             let needed = ErrorObject::new(
                 jsonrpc::MISSING_CLIENT_CAPABILITY,
                 "the backend needs URL-mode elicitation, which this request did not declare",
             )
             .with_data(json!({"requiredCapabilities": {"elicitation": {"url": {}}}}));
             return Step::Done(Err(needed));
+        }
+        if elicitations.is_empty() {
+            return Step::Done(Err(backend_failed(
+                self.lease.session().backend(),
+                "",
+                "it asked for URL elicitation (-32042) without saying which",
+            )));
         }
         let room = self
             .bridge

@@ -259,7 +259,7 @@ impl Bridge {
                     Some(upstream::CallEvent::Response(outcome)) => {
                         self.metrics
                             .upstream_duration(lease.session().backend(), sent.elapsed());
-                        return outcome;
+                        return outcome.map_err(backend_error);
                     }
                     // The backend's session was gone before it saw the request: once, on a new one.
                     Some(upstream::CallEvent::Unsent(_)) if !resent => {
@@ -415,12 +415,7 @@ impl Bridge {
                         )
                     })
             }
-            Err(mut e) => {
-                if e.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
-                    e.code = INVALID_PARAMS;
-                }
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 
@@ -479,6 +474,19 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
 
 /// A backend that failed while serving a request; `when` (e.g. " during the call") says at
 /// what point, or is empty.
+/// A backend's error answer, as a 2026-07-28 server may send it: resource not found (-32002)
+/// becomes -32602, as 2026-07-28 says it; any other code in the range the specification keeps for
+/// itself (-32020 to -32099: the legacy backend cannot mean what 2026-07-28 defines there, and
+/// -32042 is no longer a code) becomes -32603, with the backend's message and data.
+pub(crate) fn backend_error(mut e: ErrorObject) -> ErrorObject {
+    if e.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
+        e.code = INVALID_PARAMS;
+    } else if (-32099..=-32020).contains(&e.code) {
+        e.code = jsonrpc::INTERNAL_ERROR;
+    }
+    e
+}
+
 pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorObject {
     ErrorObject::new(
         jsonrpc::BACKEND_FAILED,

@@ -271,6 +271,7 @@ async fn tools_list_lists_every_tool_with_schemas() {
             "all_three",
             "pair",
             "url_required",
+            "fail",
             "slow",
             "crash",
             "session_info",

@@ -124,11 +124,30 @@ const TOOLS: &[ToolDef] = &[
     ToolDef {
         name: "url_required",
         description: "Fails with a URL-elicitation-required error until the account is connected.",
-        properties: no_properties,
+        properties: || {
+            json!({"ask_first_ms": {
+                "type": "integer",
+                "description": "First ask for a name, and fail this many milliseconds later without waiting for the answer",
+            }})
+        },
         required: &[],
         read_only: true,
         destructive: false,
         idempotent: false,
+    },
+    ToolDef {
+        name: "fail",
+        description: "Answers with a JSON-RPC error of the given code.",
+        properties: || {
+            json!({
+                "code": {"type": "integer", "description": "The error code"},
+                "message": {"type": "string", "description": "The error message"},
+            })
+        },
+        required: &["code"],
+        read_only: true,
+        destructive: false,
+        idempotent: true,
     },
     ToolDef {
         name: "slow",
@@ -244,7 +263,8 @@ pub(crate) async fn call(ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
         "pair" => pair(ctx).await,
         "two_step" => two_step(ctx, args).await,
         "log_levels" => log_levels(ctx),
-        "url_required" => url_required(ctx),
+        "url_required" => url_required(ctx, args).await,
+        "fail" => fail(args),
         "slow" => slow(ctx, args).await,
         "crash" => crash(ctx).await,
         "session_info" => Ok(session_info(ctx)),
@@ -381,7 +401,7 @@ async fn two_step(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {
     Ok(json!({"tag": tag, "name": name, "confirm": second.accepted_str("answer")}))
 }
 
-fn url_required(ctx: &Ctx) -> ToolResult {
+async fn url_required(ctx: &Ctx, args: &Map<String, Value>) -> ToolResult {
     if !ctx.at_least("2025-11-25") {
         return Err(ToolError::Failed(format!(
             "url_required needs protocol 2025-11-25 or later, but this session negotiated {}",
@@ -392,6 +412,15 @@ fn url_required(ctx: &Ctx) -> ToolResult {
     if !first_call {
         return Ok(json!({"connected": true}));
     }
+    // A question left unanswered: the call ends while its client may be away answering it.
+    let _unanswered = match optional_u64(args, "ask_first_ms")? {
+        Some(ms) => {
+            let ask = asks::start_form(ctx, DEFAULT_FORM_MESSAGE, name_form())?;
+            tokio::time::sleep(Duration::from_millis(ms.min(MAX_SLEEP_MS))).await;
+            Some(ask)
+        }
+        None => None,
+    };
     let (_, elicitation_id) = ctx.shared.next_elicitation();
     let data = json!({"elicitations": [{
         "mode": "url",
@@ -405,6 +434,17 @@ fn url_required(ctx: &Ctx) -> ToolResult {
             "This request requires connecting your account first.",
         )
         .with_data(data),
+    ))
+}
+
+fn fail(args: &Map<String, Value>) -> ToolResult {
+    let code = args
+        .get("code")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| ToolError::Failed("argument `code` must be an integer".into()))?;
+    let message = optional_str(args, "message")?.unwrap_or("failed as asked");
+    Err(ToolError::Protocol(
+        RpcError::new(code, message).with_data(json!({"asked": code})),
     ))
 }
 
