@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 #
 # The mrtr-gateway image: the binary only, on a distroless runtime (no shell, no package
-# manager), running as a non-root user. Mount a config at /etc/mrtr-gateway/gateway.toml.
+# manager), running as a non-root user. Mount a config at /etc/mrtr-gateway/gateway.toml whose
+# listeners are reachable from outside the container and whose admin listener the HEALTHCHECK
+# finds: [server] listen = "0.0.0.0:8080", [admin] listen = "0.0.0.0:9090" (the defaults are
+# loopback, and no admin listener).
 #
 #   docker build -t mrtr-gateway:0.1.0 .
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
@@ -14,8 +17,11 @@ FROM rust:1-slim-bookworm AS builder
 WORKDIR /build
 
 # Build the dependencies alone first, against stub sources: this layer is reused until
-# Cargo.toml or Cargo.lock change, so editing src/ recompiles only the crate itself.
+# Cargo.toml or Cargo.lock change, so editing src/ recompiles only the crate itself. The
+# manifest names the benchmarks, so their sources come too (cargo checks that each target it
+# names exists; nothing here builds them).
 COPY Cargo.toml Cargo.lock ./
+COPY benches ./benches
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \

