@@ -14,10 +14,11 @@ use std::time::Duration;
 /// answer, and only then reads the next. It appends every message it receives to `$LOG`.
 ///
 /// Tools: `echo` answers how many bytes its arguments are; `big` answers 300 KB of text after
-/// `delay_ms`.
+/// `delay_ms`; `hang` never answers, nor reads on.
 ///
 /// Flags: `stderr` logs bytes that are not UTF-8 and a 2 MB line without a newline at start,
-/// then a line for every message; `roots=N` asks for roots N times once initialized.
+/// then a line for every message; `roots=N` asks for roots N times once initialized; `pid`
+/// writes its process id to `$PIDFILE` at start.
 const SERVER: &str = r#"
 import json, os, sys, time
 
@@ -35,6 +36,10 @@ def err(data):
 
 def text(id, text):
     out({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
+
+if "pid" in flags:
+    with open(os.environ["PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
 
 if "stderr" in flags:
     err(b"starting \xff\xfe not utf-8\n")
@@ -66,6 +71,8 @@ while True:
             {"name": "big", "inputSchema": schema}]}})
     elif method == "tools/call":
         args = msg["params"].get("arguments") or {}
+        if msg["params"]["name"] == "hang":
+            time.sleep(3600)
         if msg["params"]["name"] == "big":
             time.sleep(args.get("delay_ms", 0) / 1000)
             text(id, "y" * 300_000)
@@ -189,6 +196,65 @@ async fn a_backend_that_cannot_start_is_named_without_its_command_line() {
     assert!(
         !message.contains("/nonexistent") && !message.contains("--key"),
         "the command line stays in the gateway's log: {message}"
+    );
+    gw.stop().await;
+}
+
+/// Whether process `pid` still runs (a zombie does not: it has ended, and waits to be reaped).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+/// A server started through a wrapper (`sh -c`, as `npx` or `uv run` do it) is the wrapper's
+/// child, not the gateway's. When its session ends (here its call timed out, and it neither
+/// answers nor reads on), the server goes with the wrapper instead of living on as an orphan.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_backend_started_through_a_wrapper_leaves_no_process_behind() {
+    let dir = scratch("stdio-wrapped");
+    let script = dir.join("server.py");
+    std::fs::write(&script, SERVER).expect("write the server");
+    let log = dir.join("backend.log");
+    let pidfile = dir.join("server.pid");
+    // Not `exec`: the shell stays, and the server is its child.
+    let line = format!("python3 {} pid; echo ended >&2", script.display());
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[limits]\nrequest_timeout = \"1s\"\n[[backend]]\nname = \"wrapped\"\ncommand = \"/bin/sh\"\nargs = [\"-c\", {line:?}]\nenv = {{ LOG = {log:?}, PIDFILE = {pidfile:?} }}\n",
+        log = log.display().to_string(),
+        pidfile = pidfile.display().to_string(),
+    );
+    let gw = Gateway::from_config(&text, log).await;
+    let reply = gw.client().call_tool("hang", json!({}), &json!({})).await;
+    assert!(
+        reply.error_message().contains("wrapped"),
+        "the call times out: {:#}",
+        reply.body
+    );
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .expect("the server wrote its pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(running(pid), "the server runs while its session does");
+    // The session closes its stdin, waits its grace (2 s), then kills.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while running(pid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !running(pid),
+        "the wrapped server {pid} outlived its session"
     );
     gw.stop().await;
 }

@@ -1,7 +1,9 @@
 //! Legacy stdio backends: one task owns each child process. It reads stdout with a line limit
 //! while a writer task it owns writes newline-delimited JSON to the child's stdin (so a child
 //! that answers at length before reading on never blocks both), sends stderr to tracing, and on
-//! shutdown closes stdin, waits, then kills; the child is always reaped.
+//! shutdown closes stdin, waits, then kills; the child is always reaped. The child leads a
+//! process group of its own, and whatever is left of that group when it ends is killed too: a
+//! server started through a wrapper (`sh -c`, `npx`, `uv run`) leaves no orphan behind.
 
 use super::Error;
 use super::session::{self, Inbound, Session, Start, Transport};
@@ -34,6 +36,8 @@ pub async fn spawn(
         .stdout(ProcStdio::piped())
         .stderr(ProcStdio::piped())
         .kill_on_drop(true);
+    #[cfg(unix)]
+    cmd.process_group(0);
     if let Some(dir) = &cfg.cwd {
         cmd.current_dir(dir);
     }
@@ -60,17 +64,47 @@ pub async fn spawn(
         },
     ));
     let backend = start.backend.clone();
+    let group = Group(pid);
     let on_exit = async move {
         // Closing stdin (done by the session task) asks the child to exit; then it is killed.
         match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
             Ok(status) => tracing::debug!(backend = %backend, pid, ?status, "backend exited"),
             Err(_) => {
+                group.kill();
                 let _ = child.kill().await;
                 tracing::debug!(backend = %backend, pid, "backend killed after grace");
             }
         }
+        // Dropped here, or with the task if it never gets this far: the rest of the group goes.
+        drop(group);
     };
     connect(stdout, stdin, cfg.write_queue, start, shutdown, on_exit).await
+}
+
+/// The process group a child leads (its id is the child's pid). Dropping it kills what is left
+/// of the group. The id cannot name another group meanwhile: a pid is not handed out again while
+/// a process still uses it as its group's id.
+#[derive(Debug)]
+struct Group(Option<u32>);
+
+impl Group {
+    fn kill(&self) {
+        #[cfg(unix)]
+        if let Some(pid) = self
+            .0
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            // ESRCH (nothing left of the group) is the usual outcome.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Reads `stderr` until it ends, handing each line to `log`: bytes that are not UTF-8 are
