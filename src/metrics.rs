@@ -264,6 +264,7 @@ pub struct Metrics {
     abandoned: Family<AbandonLabels, Counter>,
     sessions: Family<SessionLabels, Gauge>,
     session_starts: Family<BackendLabels, Counter>,
+    session_start_failures: Family<BackendLabels, Counter>,
     session_ends: Family<SessionEndLabels, Counter>,
     queue_wait: HistogramFamily<BackendLabels>,
     state_failures: Family<FailureLabels, Counter>,
@@ -284,6 +285,7 @@ impl Metrics {
             abandoned: Family::default(),
             sessions: Family::default(),
             session_starts: Family::default(),
+            session_start_failures: Family::default(),
             session_ends: Family::default(),
             queue_wait: Family::new_with_constructor(seconds),
             state_failures: Family::default(),
@@ -343,8 +345,13 @@ impl Metrics {
         );
         registry.register(
             "upstream_session_starts",
-            "Upstream sessions started (for stdio, child processes spawned)",
+            "Upstream sessions started and initialized",
             m.session_starts.clone(),
+        );
+        registry.register(
+            "upstream_session_start_failures",
+            "Upstream sessions that could not be started: the backend could not be spawned or reached, or its initialize failed",
+            m.session_start_failures.clone(),
         );
         registry.register(
             "upstream_session_ends",
@@ -362,6 +369,28 @@ impl Metrics {
             "requestState verification failures, by the check that failed",
             m.state_failures.clone(),
         );
+        // Every series of these counters exists from the start, at 0: a query over one that has
+        // not moved yet gets 0, not nothing.
+        for &kind in InputKind::ALL {
+            m.input_requests.get_or_create_owned(&KindLabels { kind });
+        }
+        for &reason in StateFailure::ALL {
+            m.state_failures
+                .get_or_create_owned(&FailureLabels { reason });
+        }
+        for &reason in AbandonReason::ALL {
+            m.abandoned.get_or_create_owned(&AbandonLabels { reason });
+        }
+        let rejected = [RetryReason::InvalidState, RetryReason::InvalidResponses];
+        let retries = RetryResult::ALL
+            .iter()
+            .filter(|r| **r != RetryResult::Rejected)
+            .map(|&result| (result, RetryReason::None))
+            .chain(rejected.map(|reason| (RetryResult::Rejected, reason)));
+        for (result, reason) in retries {
+            m.retries
+                .get_or_create_owned(&RetryLabels { result, reason });
+        }
         m
     }
 
@@ -451,6 +480,7 @@ impl Metrics {
         };
         PoolMetrics {
             starts: self.session_starts.get_or_create_owned(&b()),
+            start_failures: self.session_start_failures.get_or_create_owned(&b()),
             idle: end(SessionEnd::Idle),
             retired: end(SessionEnd::Retired),
             evicted: end(SessionEnd::Evicted),
@@ -464,6 +494,7 @@ impl Metrics {
 #[derive(Debug, Clone)]
 pub struct PoolMetrics {
     starts: Counter,
+    start_failures: Counter,
     idle: Counter,
     retired: Counter,
     evicted: Counter,
@@ -476,6 +507,7 @@ impl Default for PoolMetrics {
     fn default() -> PoolMetrics {
         PoolMetrics {
             starts: Counter::default(),
+            start_failures: Counter::default(),
             idle: Counter::default(),
             retired: Counter::default(),
             evicted: Counter::default(),
@@ -488,6 +520,10 @@ impl Default for PoolMetrics {
 impl PoolMetrics {
     pub fn started(&self) {
         self.starts.inc();
+    }
+
+    pub fn start_failed(&self) {
+        self.start_failures.inc();
     }
 
     pub fn ended(&self, why: SessionEnd) {

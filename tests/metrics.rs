@@ -795,3 +795,49 @@ async fn each_state_failure_is_counted_under_the_check_that_failed() {
     other.stop().await;
     gw.stop().await;
 }
+
+/// Counters of events that have not happened yet are exported at 0 from the start, so a rate
+/// over them reads 0 rather than nothing.
+#[tokio::test]
+async fn counters_of_events_that_have_not_happened_are_exported_at_zero() {
+    let gw = with_admin().await;
+    let text = admin_request(gw.admin_addr(), "GET", "/metrics").await.2;
+    for series in [
+        r#"mrtr_state_failures_total{reason="bad_seal"} 0"#,
+        r#"mrtr_state_failures_total{reason="stale_round"} 0"#,
+        r#"mrtr_retries_total{result="resumed",reason="none"} 0"#,
+        r#"mrtr_retries_total{result="rejected",reason="invalid_state"} 0"#,
+        r#"mrtr_abandoned_parks_total{reason="expired"} 0"#,
+        r#"mrtr_input_requests_total{kind="sampling"} 0"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l == series),
+            "{series} is exported before anything happened:\n{text}"
+        );
+    }
+    gw.stop().await;
+}
+
+/// A backend that cannot be brought up (a child that exits at once, so its `initialize` fails)
+/// is counted against its name, and no session start is.
+#[tokio::test]
+async fn a_backend_that_fails_to_start_is_counted() {
+    let dir = scratch("metrics-start-failure");
+    let text = format!(
+        "{ADMIN_ON}[server]\nlisten = \"127.0.0.1:0\"\n[[backend]]\nname = \"gone\"\ncommand = \"/bin/true\"\n"
+    );
+    let gw = Gateway::from_config(&text, dir.join("backend.log")).await;
+    let gone = [("backend", "gone")];
+    let before = gw.scrape().await;
+    let r = gw.client().call_tool("echo", json!({}), &json!({})).await;
+    assert!(
+        r.error_message().contains("`gone` failed to initialize"),
+        "{:#}",
+        r.body
+    );
+    let after = gw.scrape().await;
+    let d = |name: &str| delta(&before, &after, name, &gone);
+    assert_eq!(d("mrtr_upstream_session_start_failures_total"), 1.0);
+    assert_eq!(d("mrtr_upstream_session_starts_total"), 0.0);
+    gw.stop().await;
+}

@@ -287,6 +287,11 @@ impl Pool {
             Err(e) => {
                 drop(slots);
                 self.freed.notify_waiters();
+                self.metrics.start_failed();
+                // A child that could not be spawned was logged with its command line already.
+                if !matches!(e, Error::Spawn { .. }) {
+                    tracing::warn!(backend = %self.backend.name, "{e}");
+                }
                 Err(e)
             }
         }
