@@ -476,6 +476,7 @@ async fn url_elicitation_required_without_the_capability_is_a_missing_capability
         .call_tool("url_required", json!({}), &json!({"elicitation": {}}))
         .await;
     assert_eq!(r.error_code(), -32021);
+    assert_eq!(r.status, 400, "2026-07-28 gives -32021 status 400");
     assert_eq!(
         r.body["error"]["data"]["requiredCapabilities"]["elicitation"]["url"],
         json!({})
@@ -1221,5 +1222,20 @@ async fn log_messages_reach_the_client_only_at_or_above_the_level_it_asked_for()
     body["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("loud");
     let bad = c.send(&body).await;
     assert_eq!(bad.error_code(), -32602, "{:#}", bad.body);
+    gw.stop().await;
+}
+
+/// A method the backend does not implement is 404 with -32601, as one the gateway does not
+/// know is: the fixture has no completions.
+#[tokio::test]
+async fn a_method_the_backend_does_not_implement_is_404() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let params = json!({"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "who", "value": "A"}});
+    let r = c
+        .send(&c.body("completion/complete", params, &json!({})))
+        .await;
+    assert_eq!(r.error_code(), -32601, "{:#}", r.body);
+    assert_eq!(r.status, 404);
     gw.stop().await;
 }

@@ -181,6 +181,10 @@ async fn foreign_origins_are_403_and_loopback_origins_pass() {
     );
     let ok = post(&c, &b, &[V, M, N, ("Origin", "http://localhost:1234")]).await;
     assert_eq!(ok.tool_json(), json!({"echo": "x"}));
+    // Checked before anything else: a foreign page's GET is 403, not 405.
+    let evil = [("Origin".to_owned(), "https://evil.example".to_owned())];
+    let r = c.post_raw("GET", Bytes::new(), &evil).await;
+    assert_eq!(r.status, 403);
     gw.stop().await;
 }
 

@@ -70,6 +70,8 @@ async fn handle(
     bridge: Arc<Bridge>,
     req: hyper::Request<Incoming>,
 ) -> Result<hyper::Response<Body>, Refusal> {
+    // Before anything else: a request from a page of a foreign origin learns nothing here.
+    check_origin(&bridge.config.server.allowed_origins, req.headers())?;
     let Some(backend) = bridge.route(req.uri().path()) else {
         return Err(Refusal::new(
             StatusCode::NOT_FOUND,
@@ -96,7 +98,6 @@ async fn handle(
             .insert(header::ALLOW, http::HeaderValue::from_static("POST"));
         return Ok(resp);
     }
-    check_origin(&bridge.config.server.allowed_origins, req.headers())?;
     let limits = &bridge.config.limits;
     let unread = |e: BodyError| {
         let (status, code) = match e {
@@ -416,6 +417,18 @@ pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Digest {
 static ANONYMOUS: std::sync::LazyLock<Digest> =
     std::sync::LazyLock::new(|| seal::digest(b"anonymous"));
 
+/// The HTTP status of an outcome sent as JSON. 2026-07-28 gives two errors a status of their
+/// own, whoever raised them (the gateway or the backend): a missing client capability (-32021)
+/// is 400, a method not implemented (-32601) is 404. Anything else is 200. An outcome after
+/// notifications goes at the end of an event stream whose status was sent with its first event.
+fn status_of(outcome: &Result<jsonrpc::Payload, ErrorObject>) -> StatusCode {
+    match outcome {
+        Err(e) if e.code == jsonrpc::MISSING_CLIENT_CAPABILITY => StatusCode::BAD_REQUEST,
+        Err(e) if e.code == jsonrpc::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
 /// Waits for the first reply: a result goes out as JSON; a notification first opens SSE.
 async fn reply(
     id: Id,
@@ -425,7 +438,8 @@ async fn reply(
     match rx.recv().await {
         Some(Reply::Done(outcome)) => {
             tally.outcome(&outcome);
-            bytes_response(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
+            let status = status_of(&outcome);
+            bytes_response(status, jsonrpc::response_text(Some(&id), &outcome))
         }
         None => {
             let outcome = Err(ErrorObject::new(
