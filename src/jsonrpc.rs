@@ -264,9 +264,12 @@ pub fn request_text(id: &Id, method: &str, params: Option<&Value>) -> Vec<u8> {
 /// A response's JSON text: `result` written as it is when it is text already.
 pub fn response_text(id: Option<&Id>, outcome: &Result<Payload, ErrorObject>) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    // An id and an error object always serialize.
-    let _ = serde_json::to_writer(&mut out, &id);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\"");
+    // An id and an error object always serialize. Without an id (see `response`) there is none.
+    if let Some(id) = id {
+        out.extend_from_slice(b",\"id\":");
+        let _ = serde_json::to_writer(&mut out, id);
+    }
     match outcome {
         Ok(Payload::Value(v)) => {
             out.extend_from_slice(b",\"result\":");
@@ -620,12 +623,15 @@ impl Message {
     }
 }
 
-/// A response object; `id` is `None` only for errors about a message whose id is unknown. The
-/// result is moved in, not copied (as `json!` would).
+/// A response object; `id` is `None` only for errors about a message whose id is unknown, and
+/// such an error has no `id` member: 2026-07-28's error response leaves it out then (its schema
+/// has no null id). The result is moved in, not copied (as `json!` would).
 pub fn response(id: Option<&Id>, outcome: Result<Value, ErrorObject>) -> Value {
     let mut m = Map::new();
     m.insert("jsonrpc".into(), Value::String("2.0".into()));
-    m.insert("id".into(), id_value(id));
+    if id.is_some() {
+        m.insert("id".into(), id_value(id));
+    }
     match outcome {
         Ok(result) => m.insert("result".into(), result),
         Err(error) => m.insert("error".into(), json!(error)),
@@ -924,7 +930,9 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 7, "error": {"code": INVALID_PARAMS, "message": "no"}})
         );
         let unknown = response_text(None, &Err(ErrorObject::new(PARSE_ERROR, "x")));
-        assert!(unknown.starts_with(br#"{"jsonrpc":"2.0","id":null,"error""#));
+        assert!(unknown.starts_with(br#"{"jsonrpc":"2.0","error""#));
+        let unknown = response(None, Err(ErrorObject::new(PARSE_ERROR, "x")));
+        assert!(unknown.get("id").is_none(), "{unknown}");
     }
 
     #[test]
