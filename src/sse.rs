@@ -40,9 +40,10 @@ pub struct Event {
 /// Why a stream of events stopped early.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("an SSE event over {0} bytes")]
+    #[error("the backend sent an SSE event over {0} bytes")]
     TooLarge(usize),
-    #[error("the SSE stream failed: {0}")]
+    /// The body broke off (the connection closed or failed), or what came does not parse.
+    #[error("the event stream failed: {0}")]
     Stream(String),
 }
 
@@ -70,7 +71,11 @@ where
             }),
             Err(e) => Err(match too_large(&e) {
                 Some(limit) => DecodeError::TooLarge(limit),
-                None => DecodeError::Stream(e.to_string()),
+                None => DecodeError::Stream(match e {
+                    // The body's own error says what broke.
+                    sse_stream::Error::Body(inner) => inner.to_string(),
+                    other => other.to_string(),
+                }),
             }),
         })
         .filter(|item| {

@@ -1167,3 +1167,21 @@ async fn an_https_backend_that_asks_for_a_client_certificate_gets_the_configured
     // Without a client certificate the front ends the handshake.
     a_call_fails_on_the_certificate(&fx, &front.url, &ca_file).await;
 }
+
+/// A backend that dies in the middle of its answer: the client is told what broke, naming the
+/// backend once.
+#[tokio::test]
+async fn a_stream_that_breaks_off_is_told_plainly_naming_the_backend_once() {
+    let fx = Fixture::http(&[]).await;
+    let gw = over_http(&fx).await;
+    let reply = gw.client().call_tool("crash", json!({}), &json!({})).await;
+    let message = reply.error_message().to_owned();
+    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    assert_eq!(
+        message.matches("`fixture`").count(),
+        1,
+        "the backend named once: {message}"
+    );
+    assert!(!message.contains("sent the"), "{message}");
+    gw.stop().await;
+}

@@ -14,7 +14,8 @@ use std::time::Duration;
 /// answer, and only then reads the next. It appends every message it receives to `$LOG`.
 ///
 /// Tools: `echo` answers how many bytes its arguments are; `big` answers 300 KB of text after
-/// `delay_ms`; `hang` never answers, nor reads on.
+/// `delay_ms`; `hang` never answers, nor reads on; `scalar` answers with a result that is a
+/// number.
 ///
 /// Flags: `stderr` logs bytes that are not UTF-8 and a 2 MB line without a newline at start,
 /// then a line for every message; `roots=N` asks for roots N times once initialized; `pid`
@@ -73,6 +74,9 @@ while True:
         args = msg["params"].get("arguments") or {}
         if msg["params"]["name"] == "hang":
             time.sleep(3600)
+        if msg["params"]["name"] == "scalar":
+            out({"jsonrpc": "2.0", "id": id, "result": 5})
+            continue
         if msg["params"]["name"] == "big":
             time.sleep(args.get("delay_ms", 0) / 1000)
             text(id, "y" * 300_000)
@@ -255,6 +259,20 @@ async fn a_backend_started_through_a_wrapper_leaves_no_process_behind() {
     assert!(
         !running(pid),
         "the wrapped server {pid} outlived its session"
+    );
+    gw.stop().await;
+}
+
+/// A result that is not an object cannot become a 2026-07-28 result: the client is told so,
+/// with the backend's name.
+#[tokio::test]
+async fn a_result_that_is_not_an_object_fails_the_call_naming_the_backend() {
+    let (gw, _log) = gateway(&[], "").await;
+    let reply = gw.client().call_tool("scalar", json!({}), &json!({})).await;
+    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    assert_eq!(
+        reply.error_message(),
+        "backend `py` failed: its result is not a JSON object"
     );
     gw.stop().await;
 }

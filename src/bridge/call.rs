@@ -407,6 +407,7 @@ impl Task {
                     let retry = self.round > 0;
                     let _ = reply
                         .send(Reply::Done(self.bridge.finish(
+                            self.lease.session().backend(),
                             &self.method,
                             retry,
                             outcome,
@@ -582,7 +583,12 @@ impl Task {
                 };
                 if let Some(outcome) = ended {
                     let _ = reply
-                        .send(Reply::Done(self.bridge.finish(&self.method, true, outcome)))
+                        .send(Reply::Done(self.bridge.finish(
+                            self.lease.session().backend(),
+                            &self.method,
+                            true,
+                            outcome,
+                        )))
                         .await;
                     return;
                 }

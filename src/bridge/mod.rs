@@ -294,7 +294,7 @@ impl Bridge {
                 )));
             }
         };
-        self.finish(&req.method, false, outcome)
+        self.finish(lease.session().backend(), &req.method, false, outcome)
     }
 
     /// Leases a session of `backend` for this request's principal and capability set.
@@ -387,6 +387,7 @@ impl Bridge {
     /// Shapes a backend's outcome as a 2026-07-28 one.
     pub(crate) fn finish(
         &self,
+        backend: &str,
         method: &str,
         retry: bool,
         outcome: Result<jsonrpc::Raw, ErrorObject>,
@@ -409,10 +410,9 @@ impl Bridge {
                     .with_members(&set)
                     .map(jsonrpc::Payload::Text)
                     .ok_or_else(|| {
-                        ErrorObject::new(
-                            jsonrpc::BACKEND_FAILED,
-                            "backend returned a result that is not an object",
-                        )
+                        let why = "its result is not a JSON object";
+                        tracing::warn!(%backend, %method, "{why}");
+                        backend_failed(backend, "", why)
                     })
             }
             Err(e) => Err(e),
@@ -487,10 +487,19 @@ pub(crate) fn backend_error(mut e: ErrorObject) -> ErrorObject {
     e
 }
 
+/// A backend's failure for the client, naming the backend once: a reason that names it too
+/// ("backend `x` ended the stream", as the transports word theirs) calls it "it".
 pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorObject {
+    let name = format!("backend `{backend}`");
+    let reason = match reason.strip_prefix(&name) {
+        Some(rest) => rest
+            .strip_prefix(": ")
+            .map_or_else(|| format!("it{rest}"), str::to_owned),
+        None => reason.replace(&name, "it"),
+    };
     ErrorObject::new(
         jsonrpc::BACKEND_FAILED,
-        format!("backend `{backend}` failed{when}: {reason}"),
+        format!("{name} failed{when}: {reason}"),
     )
 }
 
@@ -505,6 +514,39 @@ pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backend_failure_names_the_backend_once() {
+        let said = |reason: &str| backend_failed("b", " during the call", reason).message;
+        assert_eq!(
+            said("backend `b` ended the response stream without answering"),
+            "backend `b` failed during the call: it ended the response stream without answering"
+        );
+        assert_eq!(
+            said("backend `b`: HTTP 500"),
+            "backend `b` failed during the call: HTTP 500"
+        );
+        assert_eq!(
+            said("cannot reach backend `b`: refused"),
+            "backend `b` failed during the call: cannot reach it: refused"
+        );
+        assert_eq!(
+            said("session ended"),
+            "backend `b` failed during the call: session ended"
+        );
+    }
+
+    #[test]
+    fn backend_error_codes_as_2026_07_28_allows_them() {
+        let code = |c: i64| backend_error(ErrorObject::new(c, "m")).code;
+        assert_eq!(code(jsonrpc::LEGACY_RESOURCE_NOT_FOUND), INVALID_PARAMS);
+        assert_eq!(code(-32050), jsonrpc::INTERNAL_ERROR);
+        assert_eq!(code(-32020), jsonrpc::INTERNAL_ERROR);
+        assert_eq!(code(-32099), jsonrpc::INTERNAL_ERROR);
+        assert_eq!(code(-32019), -32019);
+        assert_eq!(code(-32100), -32100);
+        assert_eq!(code(-32601), -32601);
+    }
 
     #[test]
     fn request_digest_is_the_sha256_of_the_canonical_object_of_its_fields() {

@@ -710,7 +710,7 @@ async fn request(
             if let Err(e) =
                 Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor, None)).await
             {
-                let why = format!("backend `{}` sent {e}", link.backend);
+                let why = e.to_string();
                 tracing::warn!(backend = %link.backend, %method, "{why}");
                 return report(sink, Inbound::failed(&id, why)).await;
             }
@@ -786,8 +786,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
             .await
         {
             Err(e) => {
-                let why = format!("backend `{}` sent {e}", link.backend);
-                return report(sink, Inbound::failed(id, why)).await;
+                return report(sink, Inbound::failed(id, e.to_string())).await;
             }
             Ok(Ending::Quiet) => {
                 tracing::debug!(backend = %link.backend, %id, after = ?quiet, "a picked-up stream went quiet: picking it up again");
@@ -865,7 +864,7 @@ async fn standalone(ep: Endpoint) {
                     Ok(Ending::Unheard) => return,
                     Ok(Ending::Closed) => {}
                     Err(e) => {
-                        tracing::warn!(backend = %link.backend, "standalone stream: backend sent {e}")
+                        tracing::warn!(backend = %link.backend, "standalone stream: {e}")
                     }
                 }
             }

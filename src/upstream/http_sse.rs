@@ -53,7 +53,7 @@ impl HttpSse {
         let first = tokio::time::timeout(link.timeout, async {
             use futures_util::StreamExt;
             while let Some(event) = events.next().await {
-                let event = event.map_err(|e| format!("the backend sent {e}"))?;
+                let event = event.map_err(|e| e.to_string())?;
                 if event.event == "endpoint" {
                     return Ok(event.data);
                 }
@@ -73,8 +73,8 @@ impl HttpSse {
                 r = pump_events(&pump_link, events) => r,
             };
             let reason = match outcome {
-                Ok(()) => format!("backend `{}` closed its event stream", pump_link.backend),
-                Err(e) => format!("backend `{}` sent {e}", pump_link.backend),
+                Ok(()) => "the backend closed its event stream".to_owned(),
+                Err(e) => e.to_string(),
             };
             tracing::warn!(backend = %pump_link.backend, "{reason}");
             report(&pump_link.inbound, Inbound::ended(reason)).await;

@@ -192,6 +192,7 @@ where
         failed,
         stopped,
         max_depth: start.max_json_depth,
+        unparseable: 0,
     };
     session::open(lines, start, shutdown, on_exit).await
 }
@@ -211,7 +212,14 @@ struct Lines<R> {
     /// Cancelled when a write fails: the session is over.
     stopped: CancellationToken,
     max_depth: usize,
+    /// Lines that were not JSON-RPC messages (see [`UNPARSEABLE_LOGGED`]).
+    unparseable: u64,
 }
+
+/// Lines a session logs as warnings when its child writes something other than messages to
+/// stdout (a banner, a progress bar); later ones are logged at debug level, and the session's
+/// end says how many there were. A child that writes nothing else would fill the log otherwise.
+const UNPARSEABLE_LOGGED: u64 = 10;
 
 impl<R> Lines<R> {
     fn write_failure(&self) -> String {
@@ -303,14 +311,34 @@ where
             match jsonrpc::parse(line.as_bytes(), self.max_depth) {
                 Ok(msg) => return Inbound::Message(msg),
                 Err(e) => {
-                    tracing::warn!(backend = %self.backend, "backend sent an unparseable line: {e}")
+                    self.unparseable += 1;
+                    match self.unparseable {
+                        ..UNPARSEABLE_LOGGED => {
+                            tracing::warn!(backend = %self.backend, "backend sent an unparseable line: {e}")
+                        }
+                        UNPARSEABLE_LOGGED => {
+                            tracing::warn!(backend = %self.backend, "backend sent an unparseable line: {e}; this session logs further ones at debug level")
+                        }
+                        _ => {
+                            tracing::debug!(backend = %self.backend, "backend sent an unparseable line: {e}")
+                        }
+                    }
                 }
             }
         }
     }
 
     async fn close(self) {
-        let Lines { out, writer, .. } = self;
+        let Lines {
+            out,
+            writer,
+            unparseable,
+            backend,
+            ..
+        } = self;
+        if unparseable > UNPARSEABLE_LOGGED {
+            tracing::warn!(%backend, "backend sent {unparseable} unparseable lines in this session");
+        }
         // The writer passes on what is queued, then closes the child's input; one that cannot
         // is stopped, which closes it too.
         drop(out);
@@ -341,6 +369,57 @@ mod tests {
         .await
         .expect("drained to the end");
         lines
+    }
+
+    /// Writes what the log subscriber formats, for a test to read.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("log lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_child_that_writes_much_besides_messages_gets_ten_warnings_and_a_count() {
+        let log = Captured::default();
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || sink.clone())
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let (mut child, ours) = tokio::io::duplex(1 << 16);
+        let (out, _queued) = mpsc::channel(1);
+        let mut lines = Lines {
+            backend: "chatty".into(),
+            reader: FramedRead::new(ours, LinesCodec::new_with_max_length(1 << 16)),
+            out,
+            writer: tokio::spawn(async {}),
+            failed: Arc::default(),
+            stopped: CancellationToken::new(),
+            max_depth: 64,
+            unparseable: 0,
+        };
+        let mut written = "progress 42%\n".repeat(25);
+        written.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+        child.write_all(written.as_bytes()).await.unwrap();
+        assert!(matches!(lines.recv().await, Inbound::Message(_)));
+        lines.close().await;
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        let warned = text.lines().filter(|l| l.contains("WARN")).count();
+        assert_eq!(warned, 11, "ten lines and the count at the end:\n{text}");
+        assert!(
+            text.contains("backend sent 25 unparseable lines in this session"),
+            "{text}"
+        );
     }
 
     #[tokio::test]
