@@ -617,7 +617,10 @@ impl Config {
                     ));
                 }
             },
-            level: raw.log.level.unwrap_or_else(|| "info".into()),
+            level: match raw.log.level {
+                None => "info".into(),
+                Some(level) => log_level(&level)?,
+            },
         };
 
         let admin = Admin {
@@ -724,6 +727,19 @@ impl Config {
                     ),
                 ));
             }
+            if !matches!(kind, "http" | "sse")
+                && let Some(name) = [
+                    ("standalone_stream", b.standalone_stream.is_some()),
+                    ("release_parked_streams", b.release_parked_streams.is_some()),
+                ]
+                .into_iter()
+                .find_map(|(name, set)| set.then_some(name))
+            {
+                return Err(bad(
+                    field(name),
+                    format!("only for http backends, not `{kind}`"),
+                ));
+            }
             let transport = match kind {
                 "stdio" => Transport::Stdio(Stdio {
                     command: b
@@ -812,7 +828,13 @@ impl Config {
                 path,
                 transport,
                 pool_max: positive(&field("pool_max"), b.pool_max, 16)?,
-                idle_timeout: b.idle_timeout.unwrap_or(Duration::from_secs(300)),
+                idle_timeout: in_range(
+                    &field("idle_timeout"),
+                    b.idle_timeout,
+                    Duration::from_secs(300),
+                    Duration::from_millis(100),
+                    Duration::from_secs(86_400),
+                )?,
                 protocol_version,
             });
         }
@@ -1025,6 +1047,34 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
 }
 
 /// Validates the settings of an `http` or `sse` backend.
+/// `[log] level`: a level, or directives as `RUST_LOG` takes them, each with a level
+/// (`mrtr_gateway=debug,hyper=warn`). A bare word that is not a level would read as a target
+/// enabled at every level, and the gateway would log nothing of its own: a misspelt level is
+/// refused instead.
+fn log_level(level: &str) -> Result<String, ConfigError> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let refuse = |why: String| {
+        bad(
+            "log.level",
+            format!(
+                "`{level}`: {why} (expected a level such as \"info\", or directives such as \"mrtr_gateway=debug,warn\")"
+            ),
+        )
+    };
+    for directive in level.split(',').map(str::trim) {
+        let has_level =
+            directive.contains('=') || LEVELS.contains(&directive.to_ascii_lowercase().as_str());
+        if !has_level {
+            return Err(refuse(format!("`{directive}` is not a level")));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .with_regex(false)
+        .parse(level)
+        .map_err(|e| refuse(e.to_string()))?;
+    Ok(level.to_owned())
+}
+
 fn http_backend(
     field: &dyn Fn(&str) -> String,
     b: &raw::Backend,
@@ -1041,6 +1091,14 @@ fn http_backend(
         return Err(bad(
             field("url"),
             format!("`{text}`: expected an http:// or https:// URL with a host"),
+        ));
+    }
+    // Not echoed: it holds a credential.
+    if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(bad(
+            field("url"),
+            "a user or password in the URL is not sent to the backend: give the credential with \
+             `authorization = \"replace\"` and `authorization_value`",
         ));
     }
     let mut headers = http::HeaderMap::new();
@@ -1314,10 +1372,18 @@ mod tests {
                 "[state]\nkeys = [{ id = \"k\", secret = \"short\" }]\n",
                 "state.keys[0]",
             ),
+            // A misspelt level would turn every log of the gateway off.
+            ("[log]\nlevel = \"verbose\"\n", "log.level"),
+            ("[log]\nlevel = \"info,hyper\"\n", "log.level"),
+            ("[log]\nlevel = \"mrtr_gateway=loud\"\n", "log.level"),
         ];
         for (text, field) in cases {
             let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
             assert_eq!(err.field, field, "{text}: {err}");
+        }
+        for level in ["debug", "WARN", "mrtr_gateway=debug,warn", "off"] {
+            let c = Config::parse(&format!("[log]\nlevel = \"{level}\"\n{MINIMAL}"), None);
+            assert_eq!(c.expect(level).log.level, level);
         }
         let err = Config::parse("", None).unwrap_err();
         assert_eq!(err.field, "backend");
@@ -1376,10 +1442,18 @@ mod tests {
                 "url = \"http://x/mcp\"\nmax_response_head_bytes = 2097152\n",
                 "backend[0].max_response_head_bytes",
             ),
+            (
+                "url = \"http://x/mcp\"\nidle_timeout = \"0s\"\n",
+                "backend[0].idle_timeout",
+            ),
         ];
         for (extra, field) in cases {
             assert_eq!(http(extra).unwrap_err().field, field, "{extra}");
         }
+        // A credential in the URL would not be sent, and is not repeated back.
+        let err = http("url = \"http://user:pa55@x/mcp\"\n").unwrap_err();
+        assert_eq!(err.field, "backend[0].url");
+        assert!(!err.to_string().contains("pa55"), "{err}");
         let err = Config::parse(
             "[principal]\nsource = \"anonymous\"\n[[backend]]\nname = \"h\"\nkind = \"sse\"\nurl = \"http://x/sse\"\nauthorization = \"pass\"\n",
             None,
@@ -1580,6 +1654,15 @@ mod tests {
             ),
             ("write_queue = 0\n", "backend[0].write_queue"),
             ("write_queue = 5000\n", "backend[0].write_queue"),
+            // Streams are an http backend's.
+            (
+                "standalone_stream = false\n",
+                "backend[0].standalone_stream",
+            ),
+            (
+                "release_parked_streams = false\n",
+                "backend[0].release_parked_streams",
+            ),
         ] {
             assert_eq!(parse(extra).unwrap_err().field, field, "{extra}");
         }
