@@ -181,7 +181,7 @@ fn demo_help(url: &str) -> String {
     format!(
         r#"
 Built-in legacy server tools: echo, ask_form, ask_url, sample, list_roots, all_three, pair, two_step,
-url_required, log_levels.
+url_required, log_levels, fail.
 Try one elicitation round trip:
 
   curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \

@@ -57,7 +57,7 @@ fn us(v: f64) -> String {
     duration(v * 1000.0)
 }
 
-/// The issue's targets on this machine: added latency of a pass-through call at p50 and p99 and
+/// The project's targets on this machine: added latency of a pass-through call at p50 and p99 and
 /// of a resume round at p50 (µs), gateway memory per parked call (KiB), parked calls held.
 const ADDED_P50_US: f64 = 150.0;
 const ADDED_P99_US: f64 = 1000.0;
@@ -502,7 +502,7 @@ difference of the two percentiles. Then {rounds} more rounds through the gateway
 traces its `recvfrom`, `writev` and `sendto` calls (`benches/load/split.rs`; needs `perf` and permission to \
 trace): per retry, from reading it off the client's connection to writing the answer upstream, \
 plus from reading the tool's result to writing the reply: the gateway's own part of the round, \
-as the issue defines it (retry received to reply written, beyond the backend's own time, which \
+as the target defines it (retry received to reply written, beyond the backend's own time, which \
 is the stretch from answer written to result read). It leaves out the client's HTTP exchange \
 with the gateway, which the end-to-end figure also counts.\n\
 - Byte relay (HTTP backend): a process that only copies bytes between a client's connection and \
