@@ -1239,3 +1239,40 @@ async fn a_method_the_backend_does_not_implement_is_404() {
     assert_eq!(r.status, 404);
     gw.stop().await;
 }
+
+/// Numbers pass through as the client wrote them, both ways: an integer past 64 bits, a
+/// negative zero, a decimal's trailing zero and an exponent past a double's range reach the
+/// backend in the answer unchanged (the exponent's sign spelt out), and come back in its result.
+#[tokio::test]
+async fn numbers_reach_the_backend_as_the_client_wrote_them() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let first = c.call_tool("ask_form", json!({}), &caps).await;
+    let key = first.key_for("elicitation/create");
+    let content = r#"{"name":"Ada","acct":18446744073709551617,"z":-0,"f":1.10,"e":1e400}"#;
+    let answer = format!(r#"{{"action":"accept","content":{content}}}"#);
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("an answer");
+    let done = c
+        .retry_tool(
+            "ask_form",
+            json!({}),
+            &caps,
+            json!({ key: answer }),
+            &first.state(),
+        )
+        .await;
+    let text = done.result()["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    for number in [
+        "18446744073709551617",
+        "\"z\":-0",
+        "\"f\":1.10",
+        "\"e\":1e+400",
+    ] {
+        assert!(text.contains(number), "{number} in {text}");
+    }
+    gw.stop().await;
+}
