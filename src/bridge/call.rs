@@ -86,6 +86,9 @@ struct Task {
     round: u32,
     /// The call ended with -32042: once the URL elicitations are answered, issue it again.
     reissue: bool,
+    /// Input requests refused for being over `max_input_requests`: the first is a warning, the
+    /// rest debug lines (a backend that asks in a loop would fill the log).
+    over_limit: u32,
     /// An outcome reached while parked, returned on the retry.
     outcome: Option<Result<Raw, ErrorObject>>,
     /// Replay mode: the transcript the backend's pushes are answered from. `None`: held.
@@ -250,6 +253,7 @@ async fn prepare(
         next_key,
         round,
         reissue: false,
+        over_limit: 0,
         outcome: None,
         sent,
         parked_for: Duration::ZERO,
@@ -837,11 +841,13 @@ impl Task {
         }
         let most = self.bridge.config.limits.max_input_requests;
         if self.pending.len() >= most {
-            tracing::warn!(
-                backend = %self.lease.session().backend(),
-                kind = kind.as_str(),
-                "backend asked for more than {most} inputs at once (limits.max_input_requests); refused"
-            );
+            self.over_limit += 1;
+            let backend = self.lease.session().backend();
+            if self.over_limit == 1 {
+                tracing::warn!(%backend, kind = kind.as_str(), "backend asked for more than {most} inputs at once (limits.max_input_requests); refused, as are further ones in this call (logged at debug level)");
+            } else {
+                tracing::debug!(%backend, kind = kind.as_str(), "backend asked for more than {most} inputs at once; refused");
+            }
             let e = ErrorObject::new(
                 jsonrpc::INTERNAL_ERROR,
                 format!("more than {most} input requests are outstanding for this call"),
