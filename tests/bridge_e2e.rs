@@ -143,20 +143,29 @@ async fn tool_enabled_sampling_the_client_did_not_declare_is_refused_upstream() 
     let r = c
         .call_tool("sample", json!({"tools": true}), &json!({"sampling": {}}))
         .await;
+    assert_refused_upstream(&gw, &r, "does not support tool use in sampling");
+    gw.stop().await;
+}
+
+/// The call ended without asking the client anything, as an error, and the backend heard an
+/// error saying `refusal` in answer to its push.
+fn assert_refused_upstream(gw: &Gateway, r: &Reply, refusal: &str) {
     let result = r.result();
-    assert_eq!(result["resultType"], "complete", "{result:#}");
+    assert_eq!(
+        result["resultType"], "complete",
+        "no input request reaches the client: {result:#}"
+    );
     assert_eq!(result["isError"], true, "{result:#}");
     let refused = gw.backend_received().into_iter().any(|m| {
         m["error"]["message"]
             .as_str()
-            .is_some_and(|s| s.contains("does not support tool use in sampling"))
+            .is_some_and(|s| s.contains(refusal))
     });
     assert!(
         refused,
         "the backend got an error answer: {:#?}",
         gw.backend_received()
     );
-    gw.stop().await;
 }
 
 #[tokio::test]
@@ -638,22 +647,7 @@ async fn a_push_the_client_did_not_declare_is_refused_upstream_and_never_shown()
     let r = c
         .call_tool("ask_form", json!({}), &json!({"sampling": {}}))
         .await;
-    let result = r.result();
-    assert_eq!(
-        result["resultType"], "complete",
-        "no input request reaches the client: {result:#}"
-    );
-    assert_eq!(result["isError"], true);
-    let refused = gw.backend_received().into_iter().any(|m| {
-        m["error"]["message"]
-            .as_str()
-            .is_some_and(|s| s.contains("does not support elicitation"))
-    });
-    assert!(
-        refused,
-        "the backend got an error answer: {:#?}",
-        gw.backend_received()
-    );
+    assert_refused_upstream(&gw, &r, "does not support elicitation");
     gw.stop().await;
 }
 

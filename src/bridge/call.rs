@@ -408,15 +408,7 @@ impl Task {
             let step = Box::pin(self.drive(&reply)).await;
             match step {
                 Step::Done(outcome) => {
-                    let retry = self.round > 0;
-                    let _ = reply
-                        .send(Reply::Done(self.bridge.finish(
-                            self.lease.session().backend(),
-                            &self.method,
-                            retry,
-                            outcome,
-                        )))
-                        .await;
+                    let _ = reply.send(self.finished(self.round > 0, outcome)).await;
                     crate::wake::behind_woken().await;
                     return;
                 }
@@ -586,14 +578,7 @@ impl Task {
                     outcome => Some(outcome.map_err(backend_error)),
                 };
                 if let Some(outcome) = ended {
-                    let _ = reply
-                        .send(Reply::Done(self.bridge.finish(
-                            self.lease.session().backend(),
-                            &self.method,
-                            true,
-                            outcome,
-                        )))
-                        .await;
+                    let _ = reply.send(self.finished(true, outcome)).await;
                     return;
                 }
             }
@@ -948,6 +933,13 @@ impl Task {
     }
 
     /// Answers a backend's input request as a client without the capability would.
+    /// The call's last reply: the backend's outcome as a 2026-07-28 one (`retry`: it answers a
+    /// retry, so it is not cacheable).
+    fn finished(&self, retry: bool, outcome: Result<Raw, ErrorObject>) -> Reply {
+        let backend = self.lease.session().backend();
+        Reply::Done(self.bridge.finish(backend, &self.method, retry, outcome))
+    }
+
     async fn refuse_input(&mut self, id: Id, kind: Kind, params: Option<&Value>) {
         let e = input::refused_answer(&self.declared, kind, params);
         let _ = self.lease.session().respond(id, Err(e)).await;
