@@ -614,3 +614,84 @@ fn a_client_that_stops_reading_its_progress_does_not_stall_its_session() {
         "a call on the same backend session is answered ({took:?}): {answer}"
     );
 }
+
+/// Text logs of a call over two rounds: each line's request span names its park and round once
+/// (a field recorded again on a span is written again in text), and the retries' spans name the
+/// round each answers.
+#[test]
+fn text_logs_name_each_spans_round_once_over_two_rounds() {
+    let log_path =
+        std::env::temp_dir().join(format!("mrtr-text-rounds-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (mut child, addr, path) = serve_logging_to(
+        "text-rounds",
+        "[server]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\nformat = \"text\"\nlevel = \"debug\"\n\
+         [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
+        log.into(),
+        None,
+    );
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
+    let call = |id: u32, extra: &str| {
+        let addr = addr.as_deref().expect("the gateway did not start");
+        json_body(&tools_call(
+            addr,
+            "two_step",
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"two_step","arguments":{{}},{extra}{meta}}}}}"#
+            ),
+        ))
+    };
+    let answer = |key: &str, field: &str, value: &str, state: &serde_json::Value| {
+        format!(
+            r#""inputResponses":{{"{key}":{{"action":"accept","content":{{"{field}":"{value}"}}}}}},"requestState":{state},"#
+        )
+    };
+    let first = call(1, "");
+    let second = call(
+        2,
+        &answer(
+            "elicitation-1",
+            "name",
+            "Ada",
+            &first["result"]["requestState"],
+        ),
+    );
+    let third = call(
+        3,
+        &answer(
+            "elicitation-2",
+            "answer",
+            "yes",
+            &second["result"]["requestState"],
+        ),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    assert_eq!(second["result"]["resultType"], "input_required", "{second}");
+    assert_eq!(third["result"]["resultType"], "complete", "{third}");
+    let spans: Vec<&str> = logs
+        .lines()
+        .filter_map(|l| {
+            l.split_once("request{")
+                .map(|(_, rest)| rest.split('}').next().unwrap_or(""))
+        })
+        .collect();
+    assert!(!spans.is_empty(), "no line inside a request span:\n{logs}");
+    for span in &spans {
+        assert!(
+            span.matches("round=").count() <= 1 && span.matches("park=").count() <= 1,
+            "a span names its round and park once: {span}\n{logs}"
+        );
+    }
+    // The second retry's span (id 3) answers round 2.
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.contains("id=3") && s.contains("round=2")),
+        "the second retry's span names round 2:\n{logs}"
+    );
+}

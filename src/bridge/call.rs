@@ -471,9 +471,15 @@ impl Task {
             self.round += 1;
             self.parked_since = Some(parked_at);
             let asked = self.pending_keys();
-            let span = tracing::Span::current();
-            span.record("park", tracing::field::display(park));
-            span.record("round", self.round);
+            // The call runs in its first request's span, which it answers with round 1; each
+            // retry's own span records the park and the round it answers. Recorded again, a
+            // field would be written twice in text logs (`round=1 ... round=2`): the call's
+            // later events name their round themselves.
+            if self.round == 1 {
+                let span = tracing::Span::current();
+                span.record("park", tracing::field::display(park));
+                span.record("round", self.round);
+            }
             // Open before the client learns the state it may retry with.
             let mut retry = door.open();
             let _ = reply
@@ -819,6 +825,7 @@ impl Task {
         if !input::allowed(&self.declared, kind, params.as_ref()) {
             tracing::info!(
                 kind = kind.as_str(),
+                round = self.round,
                 "backend asked for input the client did not declare; refused"
             );
             self.refuse_input(id, kind, params.as_ref()).await;
@@ -829,7 +836,7 @@ impl Task {
             self.over_limit += 1;
             let backend = self.lease.session().backend();
             if self.over_limit == 1 {
-                tracing::warn!(%backend, kind = kind.as_str(), "backend asked for more than {most} inputs at once (limits.max_input_requests); refused, as are further ones in this call (logged at debug level)");
+                tracing::warn!(%backend, kind = kind.as_str(), round = self.round, "backend asked for more than {most} inputs at once (limits.max_input_requests); refused, as are further ones in this call (logged at debug level)");
             } else {
                 tracing::debug!(%backend, kind = kind.as_str(), "backend asked for more than {most} inputs at once; refused");
             }
@@ -923,7 +930,7 @@ impl Task {
             .partition(|(_, p)| input::allowed(&declared, p.kind, p.request().get("params")));
         self.pending = kept;
         for (key, mut pending) in refused {
-            tracing::info!(%key, "the retry no longer declares this input's capability; refused upstream");
+            tracing::info!(%key, round = self.round, "the retry no longer declares this input's capability; refused upstream");
             if let Some(id) = pending.upstream.take() {
                 let request = pending.request();
                 self.refuse_input(id, pending.kind, request.get("params"))
