@@ -572,18 +572,9 @@ impl Task {
             self.declared = self.declared.intersect(&resume.declared);
             Box::pin(self.refuse_undeclared()).await;
             if let Some(outcome) = self.outcome.take() {
-                // The backend ended the call while the client was away. Asking for URL
-                // elicitation makes another round, as it does when the client is there.
-                let ended = match outcome {
-                    Err(e) if e.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED => {
-                        match self.url_required(&e) {
-                            Step::Done(outcome) => Some(outcome),
-                            _ => None,
-                        }
-                    }
-                    outcome => Some(outcome.map_err(backend_error)),
-                };
-                if let Some(outcome) = ended {
+                // The backend ended the call while the client was away: as when the client is
+                // there, unless it asked for URL elicitation, which makes another round.
+                if let Step::Done(outcome) = self.answered(outcome) {
                     let _ = reply.send(self.finished(true, outcome)).await;
                     return;
                 }
@@ -640,12 +631,7 @@ impl Task {
                 event = self.call.events.recv() => match event {
                     Some(CallEvent::Response(outcome)) => {
                         self.bridge.metrics.upstream_duration(self.lease.session().backend(), self.backend_time());
-                        if let Err(e) = &outcome
-                            && e.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED
-                        {
-                            return self.url_required(e);
-                        }
-                        return Step::Done(outcome.map_err(backend_error));
+                        return self.answered(outcome);
                     }
                     Some(CallEvent::Unsent(reason)) if (self.round == 0 || self.replay.is_some()) && !self.resent => {
                         // The backend's session was gone before it saw the request: once, on a new
@@ -939,7 +925,15 @@ impl Task {
         }
     }
 
-    /// Answers a backend's input request as a client without the capability would.
+    /// The backend's answer to the call: -32042 asks for URL elicitations (a further round),
+    /// anything else ends the call.
+    fn answered(&mut self, outcome: Result<Raw, ErrorObject>) -> Step {
+        match outcome {
+            Err(e) if e.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED => self.url_required(&e),
+            outcome => Step::Done(outcome.map_err(backend_error)),
+        }
+    }
+
     /// The call's last reply: the backend's outcome as a 2026-07-28 one (`retry`: it answers a
     /// retry, so it is not cacheable).
     fn finished(&self, retry: bool, outcome: Result<Raw, ErrorObject>) -> Reply {
@@ -947,6 +941,7 @@ impl Task {
         Reply::Done(self.bridge.finish(backend, &self.method, retry, outcome))
     }
 
+    /// Answers a backend's input request as a client without the capability would.
     async fn refuse_input(&mut self, id: Id, kind: Kind, params: Option<&Value>) {
         let e = input::refused_answer(&self.declared, kind, params);
         let _ = self.lease.session().respond(id, Err(e)).await;

@@ -392,31 +392,27 @@ impl Bridge {
         retry: bool,
         outcome: Result<jsonrpc::Raw, ErrorObject>,
     ) -> Result<jsonrpc::Payload, ErrorObject> {
-        match outcome {
-            Ok(result) => {
-                let (ttl, scope);
-                let mut set = vec![("resultType", "\"complete\"")];
-                if protocol::is_cacheable_method(method) {
-                    let (t, s) = if retry {
-                        (0, "private")
-                    } else {
-                        (self.config.cache.ttl_ms, self.config.cache.scope)
-                    };
-                    (ttl, scope) = (t.to_string(), Value::from(s).to_string());
-                    set.extend([("ttlMs", ttl.as_str()), ("cacheScope", scope.as_str())]);
-                }
-                // The backend's result goes out as it wrote it, with these members set.
-                result
-                    .with_members(&set)
-                    .map(jsonrpc::Payload::Text)
-                    .ok_or_else(|| {
-                        let why = "its result is not a JSON object";
-                        tracing::warn!(%backend, %method, "{why}");
-                        backend_failed(backend, "", why)
-                    })
-            }
-            Err(e) => Err(e),
+        let result = outcome?;
+        let (ttl, scope);
+        let mut set = vec![("resultType", "\"complete\"")];
+        if protocol::is_cacheable_method(method) {
+            let (t, s) = if retry {
+                (0, "private")
+            } else {
+                (self.config.cache.ttl_ms, self.config.cache.scope)
+            };
+            (ttl, scope) = (t.to_string(), Value::from(s).to_string());
+            set.extend([("ttlMs", ttl.as_str()), ("cacheScope", scope.as_str())]);
         }
+        // The backend's result goes out as it wrote it, with these members set.
+        result
+            .with_members(&set)
+            .map(jsonrpc::Payload::Text)
+            .ok_or_else(|| {
+                let why = "its result is not a JSON object";
+                tracing::warn!(%backend, %method, "{why}");
+                backend_failed(backend, "", why)
+            })
     }
 
     /// Digest binding a requestState to its originating request.
@@ -472,8 +468,6 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
     Value::Object(p)
 }
 
-/// A backend that failed while serving a request; `when` (e.g. " during the call") says at
-/// what point, or is empty.
 /// A backend's error answer, as a 2026-07-28 server may send it: resource not found (-32002)
 /// becomes -32602, as 2026-07-28 says it; any other code in the range the specification keeps for
 /// itself (-32020 to -32099: the legacy backend cannot mean what 2026-07-28 defines there, and
@@ -487,8 +481,9 @@ pub(crate) fn backend_error(mut e: ErrorObject) -> ErrorObject {
     e
 }
 
-/// A backend's failure for the client, naming the backend once: a reason that names it too
-/// ("backend `x` ended the stream", as the transports word theirs) calls it "it".
+/// A backend that failed while serving a request; `when` (e.g. " during the call") says at
+/// what point, or is empty. The backend is named once: a reason that names it too ("backend `x`
+/// ended the stream", as the transports word theirs) calls it "it".
 pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorObject {
     let name = format!("backend `{backend}`");
     let reason = match reason.strip_prefix(&name) {

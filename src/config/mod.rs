@@ -1046,7 +1046,6 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
     })
 }
 
-/// Validates the settings of an `http` or `sse` backend.
 /// `[log] level`: a level, or directives as `RUST_LOG` takes them, each with a level
 /// (`mrtr_gateway=debug,hyper=warn`). A bare word that is not a level would read as a target
 /// enabled at every level, and the gateway would log nothing of its own: a misspelt level is
@@ -1075,6 +1074,7 @@ fn log_level(level: &str) -> Result<String, ConfigError> {
     Ok(level.to_owned())
 }
 
+/// Validates the settings of an `http` or `sse` backend.
 fn http_backend(
     field: &dyn Fn(&str) -> String,
     b: &raw::Backend,
