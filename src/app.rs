@@ -373,16 +373,38 @@ impl tracing::field::Visit for PlainVisitor<'_> {
     }
 }
 
+/// What a test's log subscriber writes, kept in memory for the test to read.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct LogSink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl LogSink {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().expect("log lock").clone()).expect("UTF-8 logs")
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
     /// What a text subscriber writes for one event inside a span, without timestamps.
     fn logged(plain: bool) -> String {
-        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let out = LogSink::default();
         let sink = out.clone();
-        let writer = move || Writer(sink.clone());
+        let writer = move || sink.clone();
         let builder = tracing_subscriber::fmt()
             .with_ansi(false)
             .without_time()
@@ -406,19 +428,7 @@ mod tests {
         } else {
             tracing::subscriber::with_default(builder.finish(), emit);
         }
-        String::from_utf8(out.lock().unwrap().clone()).unwrap()
-    }
-
-    struct Writer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Writer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+        out.text()
     }
 
     #[test]

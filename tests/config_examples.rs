@@ -354,21 +354,41 @@ fn json_body(response: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {response}"))
 }
 
-/// Runs the binary with JSON logs at `debug` (and `RUST_LOG` set to `rust_log`, if any), makes
-/// one `ask_form` call that parks and its retry (checking both answers); the logs.
-fn a_logged_round(name: &str, rust_log: Option<&str>) -> String {
+/// Runs the binary in front of a built-in backend with logs in `format` at `debug` (and
+/// `RUST_LOG` set to `rust_log`, if any) going to a file, and `calls` with its address; what
+/// `calls` returned, and the logs, once the gateway has stopped.
+fn logged_gateway<T>(
+    name: &str,
+    format: &str,
+    rust_log: Option<&str>,
+    calls: impl FnOnce(&str) -> T,
+) -> (T, String) {
     let log_path = std::env::temp_dir().join(format!("mrtr-{name}-{}.log", std::process::id()));
     let log = std::fs::File::create(&log_path).expect("log file");
     let (mut child, addr, path) = serve_logging_to(
         name,
-        "[server]\nlisten = \"127.0.0.1:0\"\n\
-         [log]\nformat = \"json\"\nlevel = \"debug\"\n\
-         [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\
+             [log]\nformat = \"{format}\"\nlevel = \"debug\"\n\
+             [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n"
+        ),
         log.into(),
         rust_log,
     );
+    let outcome = addr.as_deref().map(calls);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    (outcome.expect("the gateway did not start"), logs)
+}
+
+/// Runs the binary with JSON logs at `debug` (and `RUST_LOG` set to `rust_log`, if any), makes
+/// one `ask_form` call that parks and its retry (checking both answers); the logs.
+fn a_logged_round(name: &str, rust_log: Option<&str>) -> String {
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
-    let outcome = addr.as_deref().map(|addr| {
+    let ((first, second), logs) = logged_gateway(name, "json", rust_log, |addr| {
         let first = json_body(&tools_call(
             addr,
             "ask_form",
@@ -388,12 +408,6 @@ fn a_logged_round(name: &str, rust_log: Option<&str>) -> String {
         });
         (first, second)
     });
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(&path);
-    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let _ = std::fs::remove_file(&log_path);
-    let (first, second) = outcome.expect("the gateway did not start");
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
     let second = second.expect("a requestState to retry with");
     assert_eq!(second["result"]["resultType"], "complete", "{second}");
@@ -620,57 +634,29 @@ fn a_client_that_stops_reading_its_progress_does_not_stall_its_session() {
 /// round each answers.
 #[test]
 fn text_logs_name_each_spans_round_once_over_two_rounds() {
-    let log_path =
-        std::env::temp_dir().join(format!("mrtr-text-rounds-{}.log", std::process::id()));
-    let log = std::fs::File::create(&log_path).expect("log file");
-    let (mut child, addr, path) = serve_logging_to(
-        "text-rounds",
-        "[server]\nlisten = \"127.0.0.1:0\"\n\
-         [log]\nformat = \"text\"\nlevel = \"debug\"\n\
-         [[backend]]\nname = \"legacy\"\nkind = \"builtin\"\n",
-        log.into(),
-        None,
-    );
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
-    let call = |id: u32, extra: &str| {
-        let addr = addr.as_deref().expect("the gateway did not start");
-        json_body(&tools_call(
-            addr,
-            "two_step",
-            &format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"two_step","arguments":{{}},{extra}{meta}}}}}"#
-            ),
-        ))
-    };
     let answer = |key: &str, field: &str, value: &str, state: &serde_json::Value| {
         format!(
             r#""inputResponses":{{"{key}":{{"action":"accept","content":{{"{field}":"{value}"}}}}}},"requestState":{state},"#
         )
     };
-    let first = call(1, "");
-    let second = call(
-        2,
-        &answer(
-            "elicitation-1",
-            "name",
-            "Ada",
-            &first["result"]["requestState"],
-        ),
-    );
-    let third = call(
-        3,
-        &answer(
-            "elicitation-2",
-            "answer",
-            "yes",
-            &second["result"]["requestState"],
-        ),
-    );
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(&path);
-    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let _ = std::fs::remove_file(&log_path);
+    let ((second, third), logs) = logged_gateway("text-rounds", "text", None, |addr| {
+        let call = |id: u32, extra: &str| {
+            json_body(&tools_call(
+                addr,
+                "two_step",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"two_step","arguments":{{}},{extra}{meta}}}}}"#
+                ),
+            ))
+        };
+        let first = call(1, "");
+        let state = &first["result"]["requestState"];
+        let second = call(2, &answer("elicitation-1", "name", "Ada", state));
+        let state = &second["result"]["requestState"];
+        let third = call(3, &answer("elicitation-2", "answer", "yes", state));
+        (second, third)
+    });
     assert_eq!(second["result"]["resultType"], "input_required", "{second}");
     assert_eq!(third["result"]["resultType"], "complete", "{third}");
     let spans: Vec<&str> = logs

@@ -371,23 +371,9 @@ mod tests {
         lines
     }
 
-    /// Writes what the log subscriber formats, for a test to read.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("log lock").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_child_that_writes_much_besides_messages_gets_ten_warnings_and_a_count() {
-        let log = Captured::default();
+        let log = crate::app::LogSink::default();
         let sink = log.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
@@ -413,7 +399,7 @@ mod tests {
         child.write_all(written.as_bytes()).await.unwrap();
         assert!(matches!(lines.recv().await, Inbound::Message(_)));
         lines.close().await;
-        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        let text = log.text();
         let warned = text.lines().filter(|l| l.contains("WARN")).count();
         assert_eq!(warned, 11, "ten lines and the count at the end:\n{text}");
         assert!(
