@@ -25,10 +25,12 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
 /// 2025-11-25 only: URL elicitation required.
 pub const LEGACY_URL_ELICITATION_REQUIRED: i64 = -32042;
-/// Implementation range: the backend cannot take the call now (pool exhausted).
-pub const BACKEND_BUSY: i64 = -32000;
-/// Implementation range: the backend failed (died, timed out, answered garbage).
-pub const BACKEND_FAILED: i64 = -32001;
+/// The gateway's own: it cannot take the call now (pool exhausted, parking full, draining). Its
+/// own codes lie outside the JSON-RPC reserved range (-32768..-32000), where 2026-07-28 asks
+/// codes it does not define to go, so none can be taken for a backend's legacy -32000..-32019.
+pub const BACKEND_BUSY: i64 = -31000;
+/// The gateway's own: the backend failed (died, timed out, answered garbage).
+pub const BACKEND_FAILED: i64 = -31001;
 
 /// A JSON-RPC request id. Kept as the peer sent it, so it is echoed back unchanged.
 ///
@@ -121,38 +123,85 @@ impl Raw {
     /// place of any of the same names: its own members as written, in their order, then those
     /// of `set`. `None` if it is not an object.
     pub fn with_members(&self, set: &[(&str, &str)]) -> Option<String> {
-        let text = self.get().trim();
-        if !text.starts_with('{') {
-            return None;
-        }
-        let mut out = String::with_capacity(text.len() + 64);
-        out.push('{');
-        // When none of the names occurs in the text at all (nor an escape that could spell
-        // one), no member needs taking out: the members are copied as one piece.
-        if !text.contains("\\u") && set.iter().all(|(name, _)| !text.contains(name)) {
-            let members = text[1..text.len() - 1].trim();
-            out.push_str(members);
-            if !members.is_empty() {
-                out.push(',');
-            }
-        } else {
-            let Members(members) = serde_json::from_str(text).ok()?;
-            for (name, value) in members
-                .iter()
-                .filter(|(name, _)| !set.iter().any(|(n, _)| n == name))
-            {
-                write_member(&mut out, name, value.get());
-            }
-        }
-        for (name, value) in set {
-            write_member(&mut out, name, value);
-        }
-        if out.ends_with(',') {
-            out.pop();
-        }
-        out.push('}');
-        Some(out)
+        rewrite(self.get(), set, None)
     }
+
+    /// [`Raw::with_members`], and `entry` (a name, and a value as JSON text) in the result's
+    /// `_meta`: added to the `_meta` it has, or in a new one. A `_meta` that already holds the
+    /// name, or that is not an object, is left as it is.
+    pub fn with_members_and_meta(
+        &self,
+        set: &[(&str, &str)],
+        entry: (&str, &str),
+    ) -> Option<String> {
+        let text = self.get();
+        // As in `rewrite`: without the name in the text, there is no `_meta` to look into.
+        if !text.contains("\\u") && !text.contains("_meta") {
+            return rewrite(text, set, Some(entry));
+        }
+        let Members(members) = serde_json::from_str(text.trim()).ok()?;
+        let Some((_, own)) = members.iter().find(|(n, _)| n == "_meta") else {
+            return rewrite(text, set, Some(entry));
+        };
+        match serde_json::from_str::<Members>(own.get()) {
+            Ok(Members(inner)) if !inner.iter().any(|(n, _)| *n == entry.0) => {
+                let own = own.get().trim();
+                let mut meta = own[..own.len() - 1].trim_end().to_owned();
+                if !inner.is_empty() {
+                    meta.push(',');
+                }
+                write_member(&mut meta, entry.0, entry.1);
+                meta.pop();
+                meta.push('}');
+                rewrite(text, &[set, &[("_meta", meta.as_str())]].concat(), None)
+            }
+            _ => rewrite(text, set, None),
+        }
+    }
+}
+
+/// An object's text with the members of `set` in place of any of the same names (see
+/// [`Raw::with_members`]), then, with `new_meta`, a `_meta` holding that one entry (the text
+/// must have none).
+fn rewrite(text: &str, set: &[(&str, &str)], new_meta: Option<(&str, &str)>) -> Option<String> {
+    let text = text.trim();
+    if !text.starts_with('{') {
+        return None;
+    }
+    let extra = new_meta.map_or(0, |(n, v)| n.len() + v.len() + 16);
+    let mut out = String::with_capacity(text.len() + 64 + extra);
+    out.push('{');
+    // When none of the names occurs in the text at all (nor an escape that could spell one),
+    // no member needs taking out: the members are copied as one piece.
+    if !text.contains("\\u") && set.iter().all(|(name, _)| !text.contains(name)) {
+        let members = text[1..text.len() - 1].trim();
+        out.push_str(members);
+        if !members.is_empty() {
+            out.push(',');
+        }
+    } else {
+        let Members(members) = serde_json::from_str(text).ok()?;
+        for (name, value) in members
+            .iter()
+            .filter(|(name, _)| !set.iter().any(|(n, _)| n == name))
+        {
+            write_member(&mut out, name, value.get());
+        }
+    }
+    for (name, value) in set {
+        write_member(&mut out, name, value);
+    }
+    if let Some((name, value)) = new_meta {
+        out.push_str("\"_meta\":{");
+        write_member(&mut out, name, value);
+        out.pop();
+        out.push_str("},");
+    }
+    if out.ends_with(',') {
+        out.pop();
+    }
+    out.push('}');
+    Some(out)
 }
 
 fn write_member(out: &mut String, name: &str, value: &str) {
@@ -905,6 +954,58 @@ mod tests {
         }
         for not_an_object in ["[1]", "\"s\"", "3", "null"] {
             assert_eq!(result_of(not_an_object).with_members(&set), None);
+        }
+    }
+
+    #[test]
+    fn an_entry_goes_into_a_result_s_meta_or_a_new_one() {
+        let set = [("resultType", "\"complete\"")];
+        let entry = ("io.x/info", r#"{"name":"s"}"#);
+        let cases = [
+            (
+                r#"{"a":1}"#,
+                r#"{"a":1,"resultType":"complete","_meta":{"io.x/info":{"name":"s"}}}"#,
+            ),
+            (
+                "{}",
+                r#"{"resultType":"complete","_meta":{"io.x/info":{"name":"s"}}}"#,
+            ),
+            // Added to the result's own `_meta`, its members kept as written.
+            (
+                r#"{"_meta":{ "k" : [1] },"a":1}"#,
+                r#"{"a":1,"resultType":"complete","_meta":{ "k" : [1],"io.x/info":{"name":"s"}}}"#,
+            ),
+            (
+                r#"{"_meta":{ },"a":1}"#,
+                r#"{"a":1,"resultType":"complete","_meta":{"io.x/info":{"name":"s"}}}"#,
+            ),
+            // However the name is written.
+            (
+                r#"{"\u005fmeta":{"k":1}}"#,
+                r#"{"resultType":"complete","_meta":{"k":1,"io.x/info":{"name":"s"}}}"#,
+            ),
+            // The name only in a value: a new `_meta`.
+            (
+                r#"{"note":"_meta"}"#,
+                r#"{"note":"_meta","resultType":"complete","_meta":{"io.x/info":{"name":"s"}}}"#,
+            ),
+            // A `_meta` that has the entry already, or is not an object, is left as it is.
+            (
+                r#"{"_meta":{"io.x/info":{"name":"own"}}}"#,
+                r#"{"_meta":{"io.x/info":{"name":"own"}},"resultType":"complete"}"#,
+            ),
+            (r#"{"_meta":3}"#, r#"{"_meta":3,"resultType":"complete"}"#),
+        ];
+        for (text, want) in cases {
+            let got = result_of(text).with_members_and_meta(&set, entry).unwrap();
+            assert_eq!(got, want, "{text}");
+            let _: Value = serde_json::from_str(&got).unwrap();
+        }
+        for not_an_object in ["[1]", "\"_meta\"", "3"] {
+            assert_eq!(
+                result_of(not_an_object).with_members_and_meta(&set, entry),
+                None
+            );
         }
     }
 

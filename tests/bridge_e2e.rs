@@ -587,6 +587,57 @@ async fn discover_is_synthesized_from_the_backend_initialize() {
     gw.stop().await;
 }
 
+/// Every result names the backend in `_meta` (`io.modelcontextprotocol/serverInfo`, as its
+/// `initialize` gave it): passed through, input required, and the final one; with
+/// `server_info = false`, none does, `server/discover` included.
+#[tokio::test]
+async fn results_carry_the_backend_s_server_info_unless_it_is_turned_off() {
+    const KEY: &str = "io.modelcontextprotocol/serverInfo";
+    let caps = json!({"elicitation": {}});
+    for on in [true, false] {
+        let gw = Gateway::with(Options {
+            backend_extra: format!("pool_max = 64\nserver_info = {on}\n"),
+            ..Options::default()
+        })
+        .await;
+        let c = gw.client();
+        let plain = c.call_tool("echo", json!({"text": "hi"}), &json!({})).await;
+        let list = c.send(&c.body("tools/list", json!({}), &json!({}))).await;
+        let discover = c
+            .send(&c.body("server/discover", json!({}), &json!({})))
+            .await;
+        let first = c.call_tool("ask_form", json!({}), &caps).await;
+        let key = first.key_for("elicitation/create");
+        let done = c
+            .retry_tool(
+                "ask_form",
+                json!({}),
+                &caps,
+                json!({ key: accept(json!({"name": "Ada"})) }),
+                &first.state(),
+            )
+            .await;
+        assert_eq!(first.result()["resultType"], "input_required");
+        assert_eq!(done.result()["resultType"], "complete");
+        for (what, r) in [
+            ("pass-through", &plain),
+            ("tools/list", &list),
+            ("discover", &discover),
+            ("input required", &first),
+            ("final", &done),
+        ] {
+            let info = &r.result()["_meta"][KEY];
+            if on {
+                assert_eq!(info["name"], "mrtr-legacy-demo", "{what}: {:#}", r.body);
+                assert_eq!(info["version"], env!("CARGO_PKG_VERSION"), "{what}");
+            } else {
+                assert!(info.is_null(), "{what}: {:#}", r.body);
+            }
+        }
+        gw.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn progress_of_the_current_round_streams_as_sse_with_the_client_token() {
     let gw = Gateway::start().await;
@@ -749,7 +800,7 @@ async fn a_backend_that_dies_mid_call_fails_that_call_and_is_replaced() {
     let gw = Gateway::start().await;
     let c = gw.client();
     let r = c.call_tool("crash", json!({}), &json!({})).await;
-    assert_eq!(r.error_code(), -32001);
+    assert_eq!(r.error_code(), -31001);
     assert!(
         r.body["error"]["message"]
             .as_str()
@@ -794,7 +845,7 @@ async fn a_backend_that_dies_while_parked_fails_the_retry_clearly() {
             &r.state(),
         )
         .await;
-    assert_eq!(done.error_code(), -32001);
+    assert_eq!(done.error_code(), -31001);
     assert!(
         done.body["error"]["message"]
             .as_str()
@@ -821,7 +872,7 @@ async fn past_the_pool_maximum_callers_queue_then_get_backend_busy() {
     let held = c.call_tool("ask_form", json!({}), &caps).await;
     assert_eq!(held.result()["resultType"], "input_required");
     let busy = c.call_tool("ask_form", json!({}), &caps).await;
-    assert_eq!(busy.error_code(), -32000);
+    assert_eq!(busy.error_code(), -31000);
     assert!(
         busy.body["error"]["message"]
             .as_str()
@@ -852,7 +903,7 @@ async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
     };
     let before = starts(&gw);
     let refused = alice.call_tool("ask_form", json!({}), &caps).await;
-    assert_eq!(refused.error_code(), -32000, "{:#}", refused.body);
+    assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
     assert!(refused.error_message().contains("too many calls waiting"));
     assert_eq!(starts(&gw), before, "no backend session was started for it");
     // Another principal is not affected, and calls that need no input still run.
@@ -1121,7 +1172,7 @@ async fn a_call_that_times_out_leaves_its_session_to_close() {
     .await;
     let c = gw.client();
     let late = c.call_tool("slow", json!({"ms": 3000}), &json!({})).await;
-    assert_eq!(late.error_code(), -32001, "{:#}", late.body);
+    assert_eq!(late.error_code(), -31001, "{:#}", late.body);
     // The backend may be stuck: the next call starts a session of its own.
     let next = c
         .call_tool("echo", json!({"text": "fresh"}), &json!({}))

@@ -397,7 +397,7 @@ async fn sigterm_drains_parked_calls_for_the_grace_period_then_exits_zero() {
             .call_tool("echo", json!({"text": "hi"}), &caps())
             .await;
         if r.body.get("error").is_some() {
-            assert_eq!(r.error_code(), -32000, "{:#}", r.body);
+            assert_eq!(r.error_code(), -31000, "{:#}", r.body);
             assert!(
                 r.body["error"]["message"]
                     .as_str()

@@ -379,7 +379,7 @@ async fn replay_keeps_nothing_and_refuses_a_transcript_the_backend_no_longer_mat
             &forged,
         )
         .await;
-    assert_eq!(r.error_code(), -32001, "{:#}", r.body);
+    assert_eq!(r.error_code(), -31001, "{:#}", r.body);
     assert!(
         r.body["error"]["message"]
             .as_str()

@@ -289,10 +289,10 @@ async fn answer_ada(c: &Client, args: Value, first: &Reply) -> Reply {
     .await
 }
 
-/// The call failed on the backend's side (-32001) with a message that names the backend and
+/// The call failed on the backend's side (-31001) with a message that names the backend and
 /// says `hint`.
 fn assert_backend_failed(reply: &Reply, hint: &str) {
-    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    assert_eq!(reply.error_code(), -31001, "{:#}", reply.body);
     let message = reply.error_message();
     assert!(
         message.contains("fixture") && message.contains(hint),
@@ -1176,7 +1176,7 @@ async fn a_stream_that_breaks_off_is_told_plainly_naming_the_backend_once() {
     let gw = over_http(&fx).await;
     let reply = gw.client().call_tool("crash", json!({}), &json!({})).await;
     let message = reply.error_message().to_owned();
-    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    assert_eq!(reply.error_code(), -31001, "{:#}", reply.body);
     assert_eq!(
         message.matches("`fixture`").count(),
         1,

@@ -269,7 +269,7 @@ async fn a_backend_started_through_a_wrapper_leaves_no_process_behind() {
 async fn a_result_that_is_not_an_object_fails_the_call_naming_the_backend() {
     let (gw, _log) = gateway(&[], "").await;
     let reply = gw.client().call_tool("scalar", json!({}), &json!({})).await;
-    assert_eq!(reply.error_code(), -32001, "{:#}", reply.body);
+    assert_eq!(reply.error_code(), -31001, "{:#}", reply.body);
     assert_eq!(
         reply.error_message(),
         "backend `py` failed: its result is not a JSON object"

@@ -576,7 +576,7 @@ async fn direct_rounds(backend: &mut Legacy, rounds: usize) -> anyhow::Result<Hi
     Ok(hist)
 }
 
-/// Parks `count` ask_form calls over `conns` connections. Returns (parked, refused with -32000).
+/// Parks `count` ask_form calls over `conns` connections. Returns (parked, refused with -31000).
 async fn park(url: &str, count: usize, conns: usize) -> anyhow::Result<(usize, usize)> {
     let conns = conns.min(count.max(1));
     let mut tasks = Vec::new();
@@ -592,7 +592,7 @@ async fn park(url: &str, count: usize, conns: usize) -> anyhow::Result<(usize, u
                 let msg = conn.call("ask_form", body).await?;
                 if msg["result"]["resultType"] == "input_required" {
                     parked += 1;
-                } else if msg["error"]["code"] == -32000 {
+                } else if msg["error"]["code"] == -31000 {
                     refused += 1;
                 } else {
                     bail!("unexpected answer while parking: {msg}");

@@ -386,7 +386,7 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
     let l = &r.limit;
     let _ = writeln!(
         s,
-        "| (d) parked calls held at once, memory bounded | {} held (`max_parked_total` = {}); {}/{} further calls refused with -32000; RSS {} KiB at the limit, {} KiB after the refusals | 10,000 | {} |",
+        "| (d) parked calls held at once, memory bounded | {} held (`max_parked_total` = {}); {}/{} further calls refused with -31000; RSS {} KiB at the limit, {} KiB after the refusals | 10,000 | {} |",
         l.held,
         l.max_parked_total,
         l.refused_beyond,
@@ -517,7 +517,7 @@ parked call also holds one child process, listed separately. With the HTTP backe
 repeated on a second gateway (20 MRTR rounds as warm-up) in front of a fixture started with \
 `--event-ids`, whose streams can be resumed, so parked calls let them go.\n\
 - (d) With `max_parked_total` at the last count, {beyond} more calls are attempted; they must be \
-refused (-32000); RSS is read again after them.\n",
+refused (-31000); RSS is read again after them.\n",
         rate = r.rate,
         conns = r.connections,
         warm = r.warmup_s,
@@ -734,7 +734,7 @@ session also keeps its standalone GET stream: a second connection per parked cal
         s,
         "- (d) Parked calls are bounded by `max_parked_total` (and per principal by \
 `max_parked_per_principal`). A held interactive call is checked before it takes a backend \
-session, and again when it parks; a refused call gets -32000. Here the {} refused calls moved \
+session, and again when it parks; a refused call gets -31000. Here the {} refused calls moved \
 the gateway's RSS by {:+} KiB ({:+.1} KiB each: allocator slack, not held parks). \
 {bound}",
         l.refused_beyond,

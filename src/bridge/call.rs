@@ -937,8 +937,10 @@ impl Task {
     /// The call's last reply: the backend's outcome as a 2026-07-28 one (`retry`: it answers a
     /// retry, so it is not cacheable).
     fn finished(&self, retry: bool, outcome: Result<Raw, ErrorObject>) -> Reply {
-        let backend = self.lease.session().backend();
-        Reply::Done(self.bridge.finish(backend, &self.method, retry, outcome))
+        Reply::Done(
+            self.bridge
+                .finish(self.lease.session(), &self.method, retry, outcome),
+        )
     }
 
     /// Answers a backend's input request as a client without the capability would.
@@ -1004,10 +1006,14 @@ impl Task {
         };
         let requests: Vec<(&String, Value)> =
             self.pending.iter().map(|(k, p)| (k, p.request())).collect();
-        input::input_required_result(
+        let mut result = input::input_required_result(
             requests.iter().map(|(k, v)| (*k, v)),
             self.bridge.keys.seal(&claims),
-        )
+        );
+        if let Some(info) = self.lease.session().info().server_info_value() {
+            result["_meta"] = json!({ meta::SERVER_INFO: info });
+        }
+        result
     }
 
     /// A backend notification as the client should see it, if it should see it at all.

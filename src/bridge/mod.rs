@@ -294,7 +294,7 @@ impl Bridge {
                 )));
             }
         };
-        self.finish(lease.session().backend(), &req.method, false, outcome)
+        self.finish(lease.session(), &req.method, false, outcome)
     }
 
     /// Leases a session of `backend` for this request's principal and capability set.
@@ -375,7 +375,7 @@ impl Bridge {
             "ttlMs": self.config.cache.ttl_ms,
             "cacheScope": self.config.cache.scope,
         });
-        if let Some(server_info) = init.get("serverInfo") {
+        if let Some(server_info) = info.server_info_value() {
             result["_meta"] = json!({ protocol::meta::SERVER_INFO: server_info });
         }
         if let Some(instructions) = init.get("instructions").filter(|i| i.is_string()) {
@@ -387,12 +387,13 @@ impl Bridge {
     /// Shapes a backend's outcome as a 2026-07-28 one.
     pub(crate) fn finish(
         &self,
-        backend: &str,
+        session: &upstream::Session,
         method: &str,
         retry: bool,
         outcome: Result<jsonrpc::Raw, ErrorObject>,
     ) -> Result<jsonrpc::Payload, ErrorObject> {
         let result = outcome?;
+        let backend = session.backend();
         let (ttl, scope);
         let mut set = vec![("resultType", "\"complete\"")];
         if protocol::is_cacheable_method(method) {
@@ -404,15 +405,18 @@ impl Bridge {
             (ttl, scope) = (t.to_string(), Value::from(s).to_string());
             set.extend([("ttlMs", ttl.as_str()), ("cacheScope", scope.as_str())]);
         }
-        // The backend's result goes out as it wrote it, with these members set.
-        result
-            .with_members(&set)
-            .map(jsonrpc::Payload::Text)
-            .ok_or_else(|| {
-                let why = "its result is not a JSON object";
-                tracing::warn!(%backend, %method, "{why}");
-                backend_failed(backend, "", why)
-            })
+        // The backend's result goes out as it wrote it, with these members set, and its
+        // serverInfo in `_meta`.
+        match &session.info().server_info {
+            Some(info) => result.with_members_and_meta(&set, (protocol::meta::SERVER_INFO, info)),
+            None => result.with_members(&set),
+        }
+        .map(jsonrpc::Payload::Text)
+        .ok_or_else(|| {
+            let why = "its result is not a JSON object";
+            tracing::warn!(%backend, %method, "{why}");
+            backend_failed(backend, "", why)
+        })
     }
 
     /// Digest binding a requestState to its originating request.

@@ -212,6 +212,9 @@ pub struct Backend {
     /// The version asked for in `initialize`; the server may answer an older one.
     pub protocol_version: &'static str,
     pub replay: Replay,
+    /// Whether results carry the backend's `serverInfo` in `_meta`
+    /// (`io.modelcontextprotocol/serverInfo`), `server/discover`'s too.
+    pub server_info: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -836,6 +839,7 @@ impl Config {
                     Duration::from_secs(86_400),
                 )?,
                 protocol_version,
+                server_info: b.server_info.unwrap_or(true),
             });
         }
 

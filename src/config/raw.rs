@@ -163,6 +163,7 @@ pub struct Backend {
     #[serde(default, with = "humantime_serde")]
     pub idle_timeout: Option<Duration>,
     pub protocol_version: Option<String>,
+    pub server_info: Option<bool>,
     pub path: Option<String>,
     /// For `kind = "http"` and `"sse"`.
     pub url: Option<String>,

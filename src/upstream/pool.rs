@@ -108,7 +108,7 @@ impl Pool {
         let pool = Arc::new(Pool {
             client,
             sessions: tokio_util::task::TaskTracker::new(),
-            init_results: Default::default(),
+            init_results: super::session::InitResults::new(backend.server_info),
             backend,
             limits,
             rules,

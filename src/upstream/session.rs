@@ -345,12 +345,23 @@ impl EventTx {
     }
 }
 
+impl InitInfo {
+    /// The backend's `serverInfo`, when results carry it.
+    pub fn server_info_value(&self) -> Option<&Value> {
+        self.server_info.as_ref()?;
+        self.result.get("serverInfo")
+    }
+}
+
 /// Facts fixed by the session's `initialize`.
 #[derive(Debug, Clone)]
 pub struct InitInfo {
     pub protocol_version: String,
     /// Shared with the backend's other sessions that got the same one ([`InitResults`]).
     pub result: Arc<Value>,
+    /// The backend's `serverInfo` as JSON text, which every result to a client carries in its
+    /// `_meta`; `None` when it gave none, or when the backend's `server_info` is off.
+    pub server_info: Option<Arc<str>>,
     /// The client capabilities this session declared, as far as its version carries them.
     pub declared: Declared,
 }
@@ -909,20 +920,38 @@ pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
     fn session_queue(&self) -> &mpsc::Sender<Box<Inbound>>;
 }
 
-/// The last `initialize` result of one backend's sessions. Sessions of a backend almost always
-/// get the same one, and each parked call keeps a session: they share one copy.
+/// The last `initialize` result of one backend's sessions, with its `serverInfo` as text.
+/// Sessions of a backend almost always get the same one, and each parked call keeps a session:
+/// they share one copy.
 #[derive(Debug, Default, Clone)]
-pub struct InitResults(Arc<std::sync::Mutex<Option<Arc<Value>>>>);
+pub struct InitResults {
+    last: Arc<std::sync::Mutex<Option<Shared>>>,
+    /// Whether results carry the backend's `serverInfo` (the backend's `server_info`).
+    server_info: bool,
+}
+
+type Shared = (Arc<Value>, Option<Arc<str>>);
 
 impl InitResults {
-    fn share(&self, result: Value) -> Arc<Value> {
-        let mut last = self.0.lock().expect("init results lock");
-        if let Some(known) = last.as_ref().filter(|known| ***known == result) {
+    pub fn new(server_info: bool) -> InitResults {
+        InitResults {
+            last: Default::default(),
+            server_info,
+        }
+    }
+
+    fn share(&self, result: Value) -> Shared {
+        let mut last = self.last.lock().expect("init results lock");
+        if let Some(known) = last.as_ref().filter(|(known, _)| **known == result) {
             return known.clone();
         }
-        let result = Arc::new(result);
-        *last = Some(result.clone());
-        result
+        let server_info = result
+            .get("serverInfo")
+            .filter(|info| self.server_info && info.is_object())
+            .map(|info| Arc::from(info.to_string()));
+        let shared = (Arc::new(result), server_info);
+        *last = Some(shared.clone());
+        shared
     }
 }
 
@@ -1043,9 +1072,11 @@ where
     }
 
     let declared = start.declared.at_version(&version);
+    let (result, server_info) = start.init_results.share(result);
     let info = InitInfo {
         protocol_version: version,
-        result: start.init_results.share(result),
+        result,
+        server_info,
         declared,
     };
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
@@ -1299,6 +1330,7 @@ mod tests {
         let info = InitInfo {
             protocol_version: "2025-11-25".into(),
             result: Arc::new(json!({})),
+            server_info: None,
             declared: Declared::default(),
         };
         let alive = Arc::new(AtomicBool::new(true));
@@ -1343,11 +1375,17 @@ mod tests {
 
     #[test]
     fn sessions_share_an_initialize_result_they_all_got() {
-        let results = InitResults::default();
-        let a = results.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
-        let b = results.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
+        let results = InitResults::new(true);
+        let (a, a_info) = results.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
+        let (b, b_info) = results.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
         assert!(Arc::ptr_eq(&a, &b), "one copy for the same result");
-        let c = results.share(json!({"serverInfo": {"name": "s", "version": "2"}}));
+        let (a_info, b_info) = (a_info.expect("text"), b_info.expect("text"));
+        assert!(
+            Arc::ptr_eq(&a_info, &b_info),
+            "and of its serverInfo's text"
+        );
+        assert_eq!(&*a_info, r#"{"name":"s","version":"1"}"#);
+        let (c, _) = results.share(json!({"serverInfo": {"name": "s", "version": "2"}}));
         assert_eq!(
             c["serverInfo"]["version"], "2",
             "a new result is kept as it is"
@@ -1356,6 +1394,11 @@ mod tests {
             a["serverInfo"]["version"], "1",
             "an older session keeps its own"
         );
+        let (_, not_an_object) = results.share(json!({"serverInfo": "s"}));
+        assert_eq!(not_an_object, None);
+        let off = InitResults::new(false);
+        let (_, none) = off.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
+        assert_eq!(none, None, "server_info = false: no text");
     }
 
     #[tokio::test]
