@@ -486,19 +486,11 @@ pub(crate) fn backend_error(mut e: ErrorObject) -> ErrorObject {
 }
 
 /// A backend that failed while serving a request; `when` (e.g. " during the call") says at
-/// what point, or is empty. The backend is named once: a reason that names it too ("backend `x`
-/// ended the stream", as the transports word theirs) calls it "it".
+/// what point, or is empty. The transports' reasons do not name the backend: this names it once.
 pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorObject {
-    let name = format!("backend `{backend}`");
-    let reason = match reason.strip_prefix(&name) {
-        Some(rest) => rest
-            .strip_prefix(": ")
-            .map_or_else(|| format!("it{rest}"), str::to_owned),
-        None => reason.replace(&name, "it"),
-    };
     ErrorObject::new(
         jsonrpc::BACKEND_FAILED,
-        format!("{name} failed{when}: {reason}"),
+        format!("backend `{backend}` failed{when}: {reason}"),
     )
 }
 
@@ -513,27 +505,6 @@ pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_backend_failure_names_the_backend_once() {
-        let said = |reason: &str| backend_failed("b", " during the call", reason).message;
-        assert_eq!(
-            said("backend `b` ended the response stream without answering"),
-            "backend `b` failed during the call: it ended the response stream without answering"
-        );
-        assert_eq!(
-            said("backend `b`: HTTP 500"),
-            "backend `b` failed during the call: HTTP 500"
-        );
-        assert_eq!(
-            said("cannot reach backend `b`: refused"),
-            "backend `b` failed during the call: cannot reach it: refused"
-        );
-        assert_eq!(
-            said("session ended"),
-            "backend `b` failed during the call: session ended"
-        );
-    }
 
     #[test]
     fn backend_error_codes_as_2026_07_28_allows_them() {

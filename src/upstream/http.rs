@@ -99,12 +99,14 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
-    pub fn describe(&self, backend: &str) -> String {
+    /// What happened, said of the backend without naming it: messages to clients name it once
+    /// where they are made, and logs carry it as a field.
+    pub fn describe(&self) -> String {
         match self {
-            Failure::Connect(e) => format!("cannot reach backend `{backend}`: {e}"),
-            Failure::Timeout => format!("backend `{backend}` did not answer in time"),
-            Failure::Gone => format!("backend `{backend}` forgot the session (HTTP 404)"),
-            Failure::Other(e) => format!("backend `{backend}`: {e}"),
+            Failure::Connect(e) => format!("not reachable: {e}"),
+            Failure::Timeout => "did not answer in time".to_owned(),
+            Failure::Gone => "forgot the session (HTTP 404)".to_owned(),
+            Failure::Other(e) => e.clone(),
         }
     }
 }
@@ -474,9 +476,9 @@ async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
     };
     let backend = &ep.link.backend;
     if matches!(failure, Failure::Gone) {
-        return Err(failure.describe(backend));
+        return Err(failure.describe());
     }
-    tracing::warn!(%backend, "a message to the backend was not accepted: {}", failure.describe(backend));
+    tracing::warn!(%backend, "a message to the backend was not accepted: {}", failure.describe());
     Ok(())
 }
 
@@ -594,7 +596,7 @@ impl Transport for StreamableHttp {
                     tracing::debug!(backend = %link.backend, status = %r.status(), "session deleted")
                 }
                 Ok(Err(f)) => {
-                    tracing::debug!(backend = %link.backend, "DELETE failed: {}", f.describe(&link.backend))
+                    tracing::debug!(backend = %link.backend, "DELETE failed: {}", f.describe())
                 }
                 Err(_) => tracing::debug!(backend = %link.backend, "DELETE timed out"),
             }
@@ -641,8 +643,8 @@ async fn request(
     {
         Ok(r) => r,
         Err(f) => {
-            tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-            return report(sink, Inbound::failed(&id, f.describe(&link.backend))).await;
+            tracing::warn!(backend = %link.backend, %method, "{}", f.describe());
+            return report(sink, Inbound::failed(&id, f.describe())).await;
         }
     };
     // Sent: the answer stream may stay open for as long as the call is parked.
@@ -657,7 +659,7 @@ async fn request(
         return report(
             sink,
             Inbound::Ended {
-                reason: Failure::Gone.describe(&link.backend),
+                reason: Failure::Gone.describe(),
                 unsent: Some(id),
             },
         )
@@ -666,17 +668,14 @@ async fn request(
     if status == StatusCode::ACCEPTED {
         // 202 is for notifications and responses: a request must be answered with JSON or an
         // event stream, so this call would wait for nothing.
-        let why = format!(
-            "backend `{}` answered a request with 202 Accepted and no response",
-            link.backend
-        );
+        let why = "answered a request with 202 Accepted and no response";
         tracing::warn!(backend = %link.backend, %method, "{why}");
         return report(sink, Inbound::failed(&id, why)).await;
     }
     if !status.is_success() {
         let f = Box::pin(status_failure(resp, link)).await;
-        tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-        return report(sink, Inbound::failed(&id, f.describe(&link.backend))).await;
+        tracing::warn!(backend = %link.backend, %method, "{}", f.describe());
+        return report(sink, Inbound::failed(&id, f.describe())).await;
     }
     match content_type(&resp).as_str() {
         "application/json" => match Box::pin(link.read_json(resp.into_body())).await {
@@ -685,20 +684,14 @@ async fn request(
                 if deliver(sink, msgs).await && !answered {
                     report(
                         sink,
-                        Inbound::failed(
-                            &id,
-                            format!(
-                                "backend `{}` answered without a response to the request",
-                                link.backend
-                            ),
-                        ),
+                        Inbound::failed(&id, "answered without a response to the request"),
                     )
                     .await;
                 }
             }
             Err(f) => {
-                tracing::warn!(backend = %link.backend, %method, "{}", f.describe(&link.backend));
-                report(sink, Inbound::failed(&id, f.describe(&link.backend))).await;
+                tracing::warn!(backend = %link.backend, %method, "{}", f.describe());
+                report(sink, Inbound::failed(&id, f.describe())).await;
             }
         },
         "text/event-stream" => {
@@ -719,10 +712,7 @@ async fn request(
             }
         }
         other => {
-            let why = format!(
-                "backend `{}` answered with Content-Type `{other}`, not JSON or an event stream",
-                link.backend
-            );
+            let why = format!("answered with Content-Type `{other}`, not JSON or an event stream");
             tracing::warn!(backend = %link.backend, %method, "{why}");
             report(sink, Inbound::failed(&id, why)).await;
         }
@@ -744,10 +734,7 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
     let mut quiet = QUIET_FIRST;
     while !cursor.answered {
         let Some(last) = cursor.last_id.clone().filter(|_| attempts < MAX_RESUMES) else {
-            let why = format!(
-                "backend `{}` ended the response stream without answering",
-                link.backend
-            );
+            let why = "ended the response stream without answering";
             tracing::warn!(backend = %link.backend, %id, "{why}");
             return report(sink, Inbound::failed(id, why)).await;
         };
@@ -767,14 +754,14 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
         let resp = match link.exchange(Method::GET, url, &headers, None).await {
             Ok(r) => r,
             Err(f) => {
-                tracing::debug!(backend = %link.backend, "resuming a stream failed: {}", f.describe(&link.backend));
+                tracing::debug!(backend = %link.backend, "resuming a stream failed: {}", f.describe());
                 continue;
             }
         };
         if resp.status() == StatusCode::NOT_FOUND {
             // The session is over, and the call with it: one word says both, so whoever reads
             // it (the call or the session task) ends the session before anything else goes out.
-            return report(sink, Inbound::ended(Failure::Gone.describe(&link.backend))).await;
+            return report(sink, Inbound::ended(Failure::Gone.describe())).await;
         }
         if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {
             tracing::debug!(backend = %link.backend, status = %resp.status(), "resuming a stream was refused");
@@ -832,11 +819,7 @@ async fn standalone(ep: Endpoint) {
                 return;
             }
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
-                return report(
-                    &link.inbound,
-                    Inbound::ended(Failure::Gone.describe(&link.backend)),
-                )
-                .await;
+                return report(&link.inbound, Inbound::ended(Failure::Gone.describe())).await;
             }
             Ok(resp)
                 if resp.status().is_success() && content_type(&resp) == "text/event-stream" =>
@@ -872,7 +855,7 @@ async fn standalone(ep: Endpoint) {
                 tracing::debug!(backend = %link.backend, status = %resp.status(), "standalone stream refused");
             }
             Err(f) => {
-                tracing::debug!(backend = %link.backend, "standalone stream: {}", f.describe(&link.backend));
+                tracing::debug!(backend = %link.backend, "standalone stream: {}", f.describe());
             }
         }
         let wait = backoff.max(cursor.retry.min(MAX_BACKOFF));

@@ -5,7 +5,8 @@
 
 use super::Error;
 use super::http::{
-    ACCEPT_ANSWER, ACCEPT_STREAM, Link, content_type, deliver, encode, report, status_failure,
+    ACCEPT_ANSWER, ACCEPT_STREAM, Failure, Link, content_type, deliver, encode, report,
+    status_failure,
 };
 use super::session::{Inbound, Transport};
 use http::{Method, StatusCode, Uri, header};
@@ -37,11 +38,9 @@ impl HttpSse {
         let resp = link
             .exchange(Method::GET, url, &headers, None)
             .await
-            .map_err(|f| init(f.describe(&link.backend)))?;
+            .map_err(|f| init(f.describe()))?;
         if !resp.status().is_success() {
-            return Err(init(
-                status_failure(resp, &link).await.describe(&link.backend),
-            ));
+            return Err(init(status_failure(resp, &link).await.describe()));
         }
         if content_type(&resp) != "text/event-stream" {
             return Err(init(format!(
@@ -148,15 +147,12 @@ impl Transport for HttpSse {
         {
             Ok(r) if r.status().is_success() => return Ok(()),
             Ok(r) if r.status() == StatusCode::NOT_FOUND => {
-                return Err(format!(
-                    "backend `{}` forgot the session (HTTP 404)",
-                    self.link.backend
-                ));
+                return Err(Failure::Gone.describe());
             }
             Ok(r) => status_failure(r, &self.link).await,
             Err(f) => f,
         };
-        let why = failure.describe(&self.link.backend);
+        let why = failure.describe();
         tracing::warn!(backend = %self.link.backend, "{why}");
         if let Some(id) = id {
             // Reported from outside: this task is the queue's only reader.
