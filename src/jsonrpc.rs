@@ -127,8 +127,9 @@ impl Raw {
     }
 
     /// [`Raw::with_members`], and `entry` (a name, and a value as JSON text) in the result's
-    /// `_meta`: added to the `_meta` it has, or in a new one. A `_meta` that already holds the
-    /// name, or that is not an object, is left as it is.
+    /// `_meta`: added to the `_meta` it has (the last, if it has several, as a JSON parser
+    /// would read it), or in a new one in place of none or `null`. A `_meta` that already holds
+    /// the name, or that is some other value, is left as it is.
     pub fn with_members_and_meta(
         &self,
         set: &[(&str, &str)],
@@ -140,8 +141,11 @@ impl Raw {
             return rewrite(text, set, Some(entry));
         }
         let Members(members) = serde_json::from_str(text.trim()).ok()?;
-        let Some((_, own)) = members.iter().find(|(n, _)| n == "_meta") else {
-            return rewrite(text, set, Some(entry));
+        let own = members.iter().rev().find(|(n, _)| n == "_meta");
+        let Some((_, own)) = own.filter(|(_, own)| own.get().trim() != "null") else {
+            // No `_meta`, or `null`: a new one (the slow path of `rewrite` leaves out a `null`).
+            let fresh = format!("{{{}}}", member_text(entry));
+            return rewrite(text, &[set, &[("_meta", fresh.as_str())]].concat(), None);
         };
         match serde_json::from_str::<Members>(own.get()) {
             Ok(Members(inner)) if !inner.iter().any(|(n, _)| *n == entry.0) => {
@@ -150,8 +154,7 @@ impl Raw {
                 if !inner.is_empty() {
                     meta.push(',');
                 }
-                write_member(&mut meta, entry.0, entry.1);
-                meta.pop();
+                meta.push_str(&member_text(entry));
                 meta.push('}');
                 rewrite(text, &[set, &[("_meta", meta.as_str())]].concat(), None)
             }
@@ -202,6 +205,14 @@ fn rewrite(text: &str, set: &[(&str, &str)], new_meta: Option<(&str, &str)>) -> 
     }
     out.push('}');
     Some(out)
+}
+
+/// One member, `"name":value`.
+fn member_text((name, value): (&str, &str)) -> String {
+    let mut out = String::with_capacity(name.len() + value.len() + 4);
+    write_member(&mut out, name, value);
+    out.pop();
+    out
 }
 
 fn write_member(out: &mut String, name: &str, value: &str) {
@@ -995,6 +1006,16 @@ mod tests {
                 r#"{"_meta":{"io.x/info":{"name":"own"}},"resultType":"complete"}"#,
             ),
             (r#"{"_meta":3}"#, r#"{"_meta":3,"resultType":"complete"}"#),
+            // `null` is no `_meta`: a new one in its place.
+            (
+                r#"{"_meta":null,"a":1}"#,
+                r#"{"a":1,"resultType":"complete","_meta":{"io.x/info":{"name":"s"}}}"#,
+            ),
+            // Of several, the last is the one a parser reads: the entry joins it.
+            (
+                r#"{"_meta":{"a":1},"_meta":{"b":2}}"#,
+                r#"{"resultType":"complete","_meta":{"b":2,"io.x/info":{"name":"s"}}}"#,
+            ),
         ];
         for (text, want) in cases {
             let got = result_of(text).with_members_and_meta(&set, entry).unwrap();

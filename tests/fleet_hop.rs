@@ -384,7 +384,7 @@ async fn replay_keeps_nothing_and_refuses_a_transcript_the_backend_no_longer_mat
         r.body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("cannot be replayed"),
+            .contains("backend `fixture` asked for different input than before, so this call cannot be replayed"),
         "{:#}",
         r.body
     );

@@ -767,7 +767,7 @@ impl Task {
                 // Answered as a client that walked away would, when the call is abandoned.
                 let pending = Pending::new(Some(id), kind, &request);
                 self.pending.push(("mismatch".into(), pending));
-                Err(replay::mismatch())
+                Err(replay::mismatch(self.lease.session().backend()))
             }
         }
     }
@@ -969,9 +969,10 @@ impl Task {
                 )));
             }
             None => {
-                self.outcome = Some(Err(ErrorObject::new(
-                    jsonrpc::BACKEND_FAILED,
-                    "backend session ended",
+                self.outcome = Some(Err(backend_failed(
+                    self.lease.session().backend(),
+                    " while the call waited for input",
+                    "its session ended",
                 )))
             }
             Some(CallEvent::Notification { .. }) => {}

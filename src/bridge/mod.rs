@@ -273,9 +273,10 @@ impl Bridge {
                     }
                     Some(_) => {}
                     None => {
-                        return Err(ErrorObject::new(
-                            jsonrpc::BACKEND_FAILED,
-                            "backend session ended",
+                        return Err(backend_failed(
+                            lease.session().backend(),
+                            "",
+                            "its session ended",
                         ));
                     }
                 }

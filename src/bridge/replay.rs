@@ -96,10 +96,12 @@ impl Run {
 }
 
 /// The error a retry gets when the backend no longer asks what the transcript answers.
-pub(super) fn mismatch() -> ErrorObject {
+pub(super) fn mismatch(backend: &str) -> ErrorObject {
     ErrorObject::new(
         jsonrpc::BACKEND_FAILED,
-        "the backend asked for different input than before, so this call cannot be replayed: issue the request again without requestState",
+        format!(
+            "backend `{backend}` asked for different input than before, so this call cannot be replayed: issue the request again without requestState"
+        ),
     )
 }
 

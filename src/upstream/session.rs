@@ -945,9 +945,11 @@ impl InitResults {
         if let Some(known) = last.as_ref().filter(|(known, _)| **known == result) {
             return known.clone();
         }
+        // An `Implementation`: at least a name and a version, both strings.
         let server_info = result
             .get("serverInfo")
-            .filter(|info| self.server_info && info.is_object())
+            .filter(|info| self.server_info && info["name"].is_string())
+            .filter(|info| info["version"].is_string())
             .map(|info| Arc::from(info.to_string()));
         let shared = (Arc::new(result), server_info);
         *last = Some(shared.clone());
@@ -1394,8 +1396,14 @@ mod tests {
             a["serverInfo"]["version"], "1",
             "an older session keeps its own"
         );
-        let (_, not_an_object) = results.share(json!({"serverInfo": "s"}));
-        assert_eq!(not_an_object, None);
+        for not_one in [
+            json!("s"),
+            json!({"name": "s"}),
+            json!({"name": "s", "version": 1}),
+        ] {
+            let (_, none) = results.share(json!({ "serverInfo": not_one }));
+            assert_eq!(none, None, "not an Implementation: {not_one}");
+        }
         let off = InitResults::new(false);
         let (_, none) = off.share(json!({"serverInfo": {"name": "s", "version": "1"}}));
         assert_eq!(none, None, "server_info = false: no text");
