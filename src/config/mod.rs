@@ -929,13 +929,18 @@ impl Config {
             };
             let _ = writeln!(
                 s,
-                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {}, {})",
+                "backend {:<9} {} -> {target} (pool {}, idle {:?}, asks {}, {}{})",
                 b.name,
                 b.path,
                 b.pool_max,
                 b.idle_timeout,
                 b.protocol_version,
-                b.replay.default.as_str()
+                b.replay.default.as_str(),
+                if b.server_info {
+                    ""
+                } else {
+                    ", serverInfo not passed on"
+                }
             );
         }
         s
@@ -1353,6 +1358,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
+        assert!(
+            c.backends[0].server_info,
+            "results carry serverInfo unless told not to"
+        );
+        assert!(!c.describe().contains("serverInfo"));
+        let off = Config::parse(&format!("{MINIMAL}server_info = false\n"), None).unwrap();
+        assert!(!off.backends[0].server_info);
+        assert!(off.describe().contains("serverInfo not passed on"));
     }
 
     #[test]
