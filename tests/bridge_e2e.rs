@@ -24,15 +24,7 @@ async fn form_elicitation_round_trip_reaches_the_backend() {
     );
     assert_eq!(gw.parked(), 1);
 
-    let done = c
-        .retry_tool(
-            "ask_form",
-            json!({"message": "Who?"}),
-            &caps,
-            json!({ key: accept(json!({"name": "Ada"})) }),
-            &first.state(),
-        )
-        .await;
+    let done = c.answer_ada(json!({"message": "Who?"}), &first).await;
     assert_eq!(
         done.tool_json(),
         json!({"action": "accept", "content": {"name": "Ada"}})
@@ -328,15 +320,7 @@ async fn an_answer_of_the_wrong_shape_is_refused_and_the_same_state_still_works(
     );
     // At once, with the same state: the call takes retries again before the client hears of
     // the refusal.
-    let done = c
-        .retry_tool(
-            "ask_form",
-            json!({}),
-            &caps,
-            json!({ key: accept(json!({"name": "Ada"})) }),
-            &first.state(),
-        )
-        .await;
+    let done = c.answer_ada(json!({}), &first).await;
     assert_eq!(done.tool_json()["content"]["name"], "Ada");
     assert_eq!(gw.parked(), 0);
     gw.stop().await;
@@ -607,16 +591,7 @@ async fn results_carry_the_backend_s_server_info_unless_it_is_turned_off() {
             .send(&c.body("server/discover", json!({}), &json!({})))
             .await;
         let first = c.call_tool("ask_form", json!({}), &caps).await;
-        let key = first.key_for("elicitation/create");
-        let done = c
-            .retry_tool(
-                "ask_form",
-                json!({}),
-                &caps,
-                json!({ key: accept(json!({"name": "Ada"})) }),
-                &first.state(),
-            )
-            .await;
+        let done = c.answer_ada(json!({}), &first).await;
         assert_eq!(first.result()["resultType"], "input_required");
         assert_eq!(done.result()["resultType"], "complete");
         for (what, r) in [

@@ -271,22 +271,9 @@ async fn elicit_round_trip_with(c: &Client, while_parked: impl FnOnce()) -> Valu
         first.result()["inputRequests"][&key]["params"]["message"],
         "Who?"
     );
-    answer_ada(c, json!({"message": "Who?"}), &first)
+    c.answer_ada(json!({"message": "Who?"}), &first)
         .await
         .tool_json()
-}
-
-/// Retries `first`, an `ask_form` call with `args` waiting for its elicitation, answering "Ada".
-async fn answer_ada(c: &Client, args: Value, first: &Reply) -> Reply {
-    let key = first.key_for("elicitation/create");
-    c.retry_tool(
-        "ask_form",
-        args,
-        &json!({"elicitation": {}}),
-        json!({ key: accept(json!({"name": "Ada"})) }),
-        &first.state(),
-    )
-    .await
 }
 
 /// The call failed on the backend's side (-31001) with a message that names the backend and
@@ -436,7 +423,7 @@ async fn a_result_a_picked_up_stream_missed_comes_with_the_next_pick_up() {
         .call_tool("ask_form", args.clone(), &json!({"elicitation": {}}))
         .await;
     let started = std::time::Instant::now();
-    let done = answer_ada(&c, args, &first).await;
+    let done = c.answer_ada(args, &first).await;
     assert_eq!(done.tool_json(), ada(), "{:#}", done.body);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(5),
@@ -461,7 +448,7 @@ async fn a_picked_up_stream_that_stays_quiet_for_a_long_tool_is_picked_up_again_
     let first = c
         .call_tool("ask_form", args.clone(), &json!({"elicitation": {}}))
         .await;
-    let done = answer_ada(&c, args, &first).await;
+    let done = c.answer_ada(args, &first).await;
     assert_eq!(done.tool_json(), ada(), "{:#}", done.body);
     let resumed = resumed_streams(&fx);
     assert!(resumed.len() >= 3, "picked up three times: {resumed:#?}");
@@ -543,7 +530,7 @@ async fn parked_calls_that_let_their_stream_go_are_counted_until_their_retry() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(gw.scrape().await.get("mrtr_parked_calls", &[]), 1.0);
-        let done = answer_ada(&c, json!({}), &first).await;
+        let done = c.answer_ada(json!({}), &first).await;
         assert_eq!(done.tool_json()["action"], "accept");
         let after = gw.scrape().await;
         assert_eq!(parked_released(&after), 0.0, "{release:?}");
@@ -621,7 +608,7 @@ async fn a_session_lost_while_a_call_is_parked_fails_the_retry_clearly() {
     let first = c.call_tool("ask_form", json!({}), &caps).await;
     first.key_for("elicitation/create");
     fx.expire().await;
-    let retry = answer_ada(&c, json!({}), &first).await;
+    let retry = c.answer_ada(json!({}), &first).await;
     assert_backend_failed(&retry, "fixture");
     // And the next call gets a new session.
     assert_eq!(elicit_round_trip(&c).await, ada());

@@ -293,6 +293,20 @@ impl Client {
         self.send(&self.body("tools/call", params, caps)).await
     }
 
+    /// Retries `first`, an `ask_form` call with `args` from a client that declared form
+    /// elicitation, answering "Ada" to the elicitation it asked.
+    pub async fn answer_ada(&self, args: Value, first: &Reply) -> Reply {
+        let key = first.key_for("elicitation/create");
+        self.retry_tool(
+            "ask_form",
+            args,
+            &json!({"elicitation": {}}),
+            json!({ key: accept(json!({"name": "Ada"})) }),
+            &first.state(),
+        )
+        .await
+    }
+
     /// Sends raw bytes with exactly these headers (for validation tests).
     pub async fn post_raw(&self, method: &str, body: Bytes, headers: &[(String, String)]) -> Reply {
         let uri: http::Uri = self.url.parse().expect("url");
