@@ -1011,8 +1011,8 @@ impl Task {
             requests.iter().map(|(k, v)| (*k, v)),
             self.bridge.keys.seal(&claims),
         );
-        if let Some(info) = self.lease.session().info().server_info_value() {
-            result["_meta"] = json!({ meta::SERVER_INFO: info });
+        if let Some(meta) = self.lease.session().info().result_meta() {
+            result["_meta"] = meta;
         }
         result
     }

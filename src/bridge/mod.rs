@@ -376,8 +376,8 @@ impl Bridge {
             "ttlMs": self.config.cache.ttl_ms,
             "cacheScope": self.config.cache.scope,
         });
-        if let Some(server_info) = info.server_info_value() {
-            result["_meta"] = json!({ protocol::meta::SERVER_INFO: server_info });
+        if let Some(meta) = info.result_meta() {
+            result["_meta"] = meta;
         }
         if let Some(instructions) = init.get("instructions").filter(|i| i.is_string()) {
             result["instructions"] = instructions.clone();

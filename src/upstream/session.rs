@@ -346,10 +346,12 @@ impl EventTx {
 }
 
 impl InitInfo {
-    /// The backend's `serverInfo`, when results carry it.
-    pub fn server_info_value(&self) -> Option<&Value> {
+    /// The `_meta` of a result the gateway builds itself: the backend's `serverInfo`, when
+    /// results carry it.
+    pub fn result_meta(&self) -> Option<Value> {
         self.server_info.as_ref()?;
-        self.result.get("serverInfo")
+        let info = self.result.get("serverInfo")?;
+        Some(json!({ crate::protocol::meta::SERVER_INFO: info }))
     }
 }
 
