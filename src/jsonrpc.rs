@@ -142,23 +142,21 @@ impl Raw {
         }
         let Members(members) = serde_json::from_str(text.trim()).ok()?;
         let own = members.iter().rev().find(|(n, _)| n == "_meta");
-        let Some((_, own)) = own.filter(|(_, own)| own.get().trim() != "null") else {
-            // No `_meta`, or `null`: a new one (the slow path of `rewrite` leaves out a `null`).
-            let fresh = format!("{{{}}}", member_text(entry));
-            return rewrite(text, &[set, &[("_meta", fresh.as_str())]].concat(), None);
-        };
-        match serde_json::from_str::<Members>(own.get()) {
-            Ok(Members(inner)) if !inner.iter().any(|(n, _)| *n == entry.0) => {
-                let own = own.get().trim();
-                let mut meta = own[..own.len() - 1].trim_end().to_owned();
-                if !inner.is_empty() {
-                    meta.push(',');
+        let meta = match own.map(|(_, own)| own.get().trim()) {
+            // No `_meta`, or `null`: a new one (`rewrite` takes a `null` out with the name).
+            None | Some("null") => Some(format!("{{{}}}", member_text(entry))),
+            Some(own) => match serde_json::from_str::<Members>(own) {
+                Ok(Members(inner)) if !inner.iter().any(|(n, _)| *n == entry.0) => {
+                    let sep = if inner.is_empty() { "" } else { "," };
+                    let open = own[..own.len() - 1].trim_end();
+                    Some(format!("{open}{sep}{}}}", member_text(entry)))
                 }
-                meta.push_str(&member_text(entry));
-                meta.push('}');
-                rewrite(text, &[set, &[("_meta", meta.as_str())]].concat(), None)
-            }
-            _ => rewrite(text, set, None),
+                _ => None,
+            },
+        };
+        match meta {
+            Some(meta) => rewrite(text, &[set, &[("_meta", meta.as_str())]].concat(), None),
+            None => rewrite(text, set, None),
         }
     }
 }
