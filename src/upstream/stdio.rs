@@ -70,12 +70,12 @@ pub async fn spawn(
         match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
             Ok(status) => tracing::debug!(backend = %backend, pid, ?status, "backend exited"),
             Err(_) => {
-                group.kill();
                 let _ = child.kill().await;
                 tracing::debug!(backend = %backend, pid, "backend killed after grace");
             }
         }
-        // Dropped here, or with the task if it never gets this far: the rest of the group goes.
+        // Dropped here, or with the task if it never gets this far: the rest of the group goes
+        // (the child itself, once its grace is over, was killed above).
         drop(group);
     };
     connect(stdout, stdin, cfg.write_queue, start, shutdown, on_exit).await
@@ -87,8 +87,8 @@ pub async fn spawn(
 #[derive(Debug)]
 struct Group(Option<u32>);
 
-impl Group {
-    fn kill(&self) {
+impl Drop for Group {
+    fn drop(&mut self) {
         #[cfg(unix)]
         if let Some(pid) = self
             .0
@@ -98,12 +98,6 @@ impl Group {
             // ESRCH (nothing left of the group) is the usual outcome.
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
