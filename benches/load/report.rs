@@ -168,14 +168,16 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         "## Machine\n\n- CPU: {cpu}, {cpus} logical CPUs (`nproc`), shared with the load client \
          and the backend\n- memory: {mem}\n- kernel {kernel}; {rustc}; release profile (thin LTO, \
          one codegen unit)\n- load average (1, 5, 15 min) {} at the start of the load run, {} at \
-         the end: the machine is shared, and other work competed for the CPUs throughout\n- \
-         niceness of the benchmark processes: {nice}{vm}\n",
+         the end: how busy the machine was (it may be shared with other work; the suite's own \
+         build and micro-benchmarks, just before, count in the first figure)\n- niceness of the benchmark \
+         processes: {nice}{vm}\n",
         r.loadavg_before,
         r.loadavg_after,
         vm = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" hypervisor")) {
             format!(
-                "\n- a virtual machine (the CPU reports the `hypervisor` flag): waking an idle \
-                 virtual CPU is costly, which weighs on every hop from one process to another{}",
+                "\n- a virtual machine (the CPU reports the `hypervisor` flag){}: waking an \
+                 idle virtual CPU goes through the hypervisor, so what one more process on the \
+                 path costs depends on the host (the byte relay below measures it)",
                 idle_driver()
             )
         } else {
@@ -604,7 +606,7 @@ CPU, on two virtual CPUs shared by the load client, the gateway, the backend and
 About half of the gateway's CPU time is in the kernel (context switches and wake-ups, then \
 loopback TCP; it makes the same system calls per call as the relay), and nearly all of its own \
 instructions fall on the call's path, spread over hyper's server, `serde_json`, its HTTP client \
-and its own code, no one part large (profiled, not rerun here: see FINDINGS.md). The p99 is the \
+and its own code, no one part large (profiled on two hosts, not rerun here: see FINDINGS.md). The p99 is the \
 wait for a CPU at its worst: it moves with the machine's load (load average above) more than \
 with the gateway."
         );
