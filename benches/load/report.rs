@@ -133,9 +133,9 @@ fn idle_driver() -> String {
     };
     match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
         Some(ns) if driver == "haltpoll" => {
-            format!(" (idle driver `haltpoll`, `guest_halt_poll_ns` = {ns})")
+            format!("; idle driver `haltpoll`, `guest_halt_poll_ns` = {ns}")
         }
-        _ => format!(" (idle driver `{driver}`)"),
+        _ => format!("; idle driver `{driver}`"),
     }
 }
 
@@ -175,7 +175,7 @@ pub fn markdown(r: &Results, criterion: &Path, command: &str) -> String {
         r.loadavg_after,
         vm = if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" hypervisor")) {
             format!(
-                "\n- a virtual machine (the CPU reports the `hypervisor` flag){}: waking an \
+                "\n- a virtual machine (the CPU reports the `hypervisor` flag{}): waking an \
                  idle virtual CPU goes through the hypervisor, so what one more process on the \
                  path costs depends on the host (the byte relay below measures it)",
                 idle_driver()
