@@ -89,6 +89,7 @@ fn alice_digest() -> seal::Digest {
     let mut headers = http::HeaderMap::new();
     headers.insert("authorization", "Bearer alice".parse().unwrap());
     mrtr_gateway::downstream::http::principal(&PrincipalSource::Authorization, &headers)
+        .expect("one Authorization header")
 }
 
 #[tokio::test]

@@ -83,6 +83,42 @@ async fn header_mismatches_are_400_with_header_mismatch() {
 }
 
 #[tokio::test]
+async fn repeated_headers_are_refused_not_read_by_their_first_copy() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let b = call_body(&c, "echo");
+    // The first copy of each matches the body; a proxy reading the second would see another call.
+    for second in [
+        ("MCP-Protocol-Version", "2025-06-18"),
+        ("Mcp-Method", "tools/list"),
+        ("Mcp-Name", "delete_everything"),
+    ] {
+        let r = post(&c, &b, &[V, M, N, second]).await;
+        expect(&r, 400, -32020);
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("appears more than once"),
+            "{:#}",
+            r.body
+        );
+    }
+    let auth = ("Authorization", "Bearer alice");
+    let r = post(
+        &c,
+        &b,
+        &[V, M, N, auth, ("Authorization", "Bearer mallory")],
+    )
+    .await;
+    expect(&r, 400, -32600);
+    // One copy of each is served.
+    let ok = post(&c, &b, &[V, M, N, auth]).await;
+    assert_eq!(ok.tool_json(), json!({"echo": "x"}));
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn missing_meta_fields_are_400_invalid_params() {
     let gw = Gateway::start().await;
     let c = gw.client();

@@ -15,7 +15,7 @@ use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest};
 use base64::Engine;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -167,7 +167,22 @@ async fn handle(
     let Value::Object(params) = params_value else {
         unreachable!("built as an object")
     };
-    let principal = principal(&bridge.config.principal, &parts.headers);
+    let refused = |msg: String| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            Some(&id),
+            jsonrpc::INVALID_REQUEST,
+            msg,
+        )
+        .of(label)
+    };
+    let principal = principal(&bridge.config.principal, &parts.headers).map_err(refused)?;
+    // Copied: the header shares the connection's read buffer, which a parked call would
+    // otherwise keep alive. Authorization is a singleton field: a repeated one is refused
+    // whatever the principal comes from, since the backend is given one copy.
+    let authorization = single(&parts.headers, &header::AUTHORIZATION)
+        .map_err(refused)?
+        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
     // park and round are filled in by the engine once known.
     let span = tracing::info_span!(
         "request",
@@ -190,12 +205,7 @@ async fn handle(
             params,
             meta,
             principal,
-            // Copied: the header shares the connection's read buffer, which a parked call
-            // would otherwise keep alive.
-            authorization: parts
-                .headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()),
+            authorization,
         },
         span,
     );
@@ -334,13 +344,28 @@ fn unsupported(id: &Id, requested: &str) -> Refusal {
 }
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, String> {
-    match headers.get(name) {
+    match single(headers, name)? {
         None => Ok(None),
         Some(v) => v
             .to_str()
             .map(Some)
             .map_err(|_| format!("{name} header has invalid characters")),
     }
+}
+
+/// A header that must appear at most once. A repeated one is refused rather than read by its
+/// first copy: a proxy in front of the gateway that reads another copy (or all of them) would
+/// route, authorize or attribute on a value the gateway never checked.
+fn single(
+    headers: &HeaderMap,
+    name: impl header::AsHeaderName + Copy + std::fmt::Display,
+) -> Result<Option<&HeaderValue>, String> {
+    let mut all = headers.get_all(name).iter();
+    let first = all.next();
+    if all.next().is_some() {
+        return Err(format!("{name} header appears more than once"));
+    }
+    Ok(first)
 }
 
 /// Decodes the `=?base64?...?=` form used for values that are not plain ASCII.
@@ -396,21 +421,22 @@ fn is_loopback_origin(origin: &str) -> bool {
     matches!(host, Some("localhost" | "127.0.0.1" | "::1"))
 }
 
-/// The principal a request acts for, as a digest (raw credentials are never kept).
-pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Digest {
+/// The principal a request acts for, as a digest (raw credentials are never kept). A request
+/// that carries its principal's header more than once is refused.
+pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Result<Digest, String> {
     let value = match source {
-        PrincipalSource::Authorization => headers.get(header::AUTHORIZATION),
-        PrincipalSource::Header(name) => headers.get(name),
+        PrincipalSource::Authorization => single(headers, &header::AUTHORIZATION)?,
+        PrincipalSource::Header(name) => single(headers, name)?,
         PrincipalSource::Anonymous => None,
     };
-    match value {
+    Ok(match value {
         Some(v) => {
             let mut bytes = b"principal\0".to_vec();
             bytes.extend_from_slice(v.as_bytes());
             seal::digest(&bytes)
         }
         None => *ANONYMOUS,
-    }
+    })
 }
 
 /// The principal of every request without a credential, hashed once.
@@ -561,5 +587,19 @@ mod tests {
             principal(&src, &HeaderMap::new()),
             principal(&PrincipalSource::Anonymous, &a)
         );
+    }
+
+    #[test]
+    fn a_repeated_principal_header_is_refused() {
+        let mut h = HeaderMap::new();
+        h.append(header::AUTHORIZATION, "Bearer alice".parse().unwrap());
+        h.append(header::AUTHORIZATION, "Bearer mallory".parse().unwrap());
+        let err = principal(&PrincipalSource::Authorization, &h).unwrap_err();
+        assert_eq!(err, "authorization header appears more than once");
+        let name = HeaderName::from_static("x-user");
+        h.append(&name, "alice".parse().unwrap());
+        assert!(principal(&PrincipalSource::Header(name.clone()), &h).is_ok());
+        h.append(&name, "mallory".parse().unwrap());
+        assert!(principal(&PrincipalSource::Header(name), &h).is_err());
     }
 }
