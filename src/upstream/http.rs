@@ -342,15 +342,20 @@ pub(crate) fn snippet(bytes: &[u8]) -> String {
     format!("{s:?}")
 }
 
+/// How long the start of an error response's body is waited for, for the log.
+const ERROR_BODY_WAIT: Duration = Duration::from_secs(2);
+
 /// An unexpected status. The start of its body goes to the log only: an error page may carry
-/// stack traces or credentials that clients must not see.
+/// stack traces or credentials that clients must not see. The body is waited for briefly (and
+/// never past the request timeout): a backend that sends the head and stalls must not hold the
+/// call, the session's task or its pool slot.
 pub(crate) async fn status_failure(resp: http::Response<Body>, link: &Link) -> Failure {
     let status = resp.status();
-    let body = Limited::new(resp.into_body(), link.max_message.min(4096))
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let read = Limited::new(resp.into_body(), link.max_message.min(4096)).collect();
+    let body = match tokio::time::timeout(ERROR_BODY_WAIT.min(link.timeout), read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        _ => bytes::Bytes::new(),
+    };
     tracing::warn!(backend = %link.backend, %status, body = %snippet(&body), "backend answered with an unexpected status");
     Failure::Other(format!("HTTP {status}"))
 }
@@ -700,12 +705,18 @@ async fn request(
                 ..Cursor::default()
             };
             // Boxed, like the other phases: a request's task holds only the phase it is in.
-            if let Err(e) =
-                Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor, None)).await
-            {
-                let why = e.to_string();
-                tracing::warn!(backend = %link.backend, %method, "{why}");
-                return report(sink, Inbound::failed(&id, why)).await;
+            match Box::pin(link.pump(sink, resp.into_body(), Some(&id), &mut cursor, None)).await {
+                // A numbered stream that broke off (a proxy's read timeout, a reset) is picked
+                // up below like one that ended early.
+                Err(DecodeError::Stream(why)) if cursor.last_id.is_some() => {
+                    tracing::debug!(backend = %link.backend, %method, "the response stream broke off ({why}); resuming it");
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    tracing::warn!(backend = %link.backend, %method, "{why}");
+                    return report(sink, Inbound::failed(&id, why)).await;
+                }
+                Ok(_) => {}
             }
             if !cursor.answered {
                 Box::pin(resume(ep, sink, &id, cursor)).await;
@@ -772,6 +783,9 @@ async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
             .pump(sink, resp.into_body(), Some(id), &mut cursor, Some(quiet))
             .await
         {
+            Err(DecodeError::Stream(why)) => {
+                tracing::debug!(backend = %link.backend, %id, "a picked-up stream broke off ({why}); picking it up again");
+            }
             Err(e) => {
                 return report(sink, Inbound::failed(id, e.to_string())).await;
             }

@@ -1,0 +1,219 @@
+//! Backends that misbehave at the HTTP level, scripted byte by byte: an error response whose
+//! body never comes, and a numbered event stream cut off mid-body.
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One request as read off the wire.
+#[derive(Debug, Clone)]
+struct Req {
+    method: String,
+    head: String,
+    body: Value,
+}
+
+type Handler =
+    Arc<dyn Fn(Req, TcpStream) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
+async fn read_req(s: &mut TcpStream) -> Option<Req> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await.ok()? == 0 {
+            return None;
+        }
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.ok()?;
+    let method = head.split(' ').next().unwrap_or("").to_owned();
+    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    Some(Req { method, head, body })
+}
+
+/// A backend: one request per connection (each answer closes or stalls as the handler wants).
+async fn backend(handler: Handler) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            let h = handler.clone();
+            tokio::spawn(async move {
+                if let Some(req) = read_req(&mut s).await {
+                    h(req, s).await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}/mcp")
+}
+
+fn json_resp(v: &Value, extra: &str) -> Vec<u8> {
+    let body = v.to_string();
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{extra}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn init_result(req: &Req) -> Value {
+    json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {
+        "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+        "serverInfo": {"name": "x", "version": "0"}}})
+}
+
+async fn gw(kind: &str, url: &str) -> Gateway {
+    let extra = if kind == "http" {
+        "standalone_stream = false\n"
+    } else {
+        ""
+    };
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[limits]\nrequest_timeout = \"1s\"\nqueue_wait = \"1s\"\n[[backend]]\nname = \"b\"\nkind = \"{kind}\"\nurl = \"{url}\"\npool_max = 1\n{extra}"
+    );
+    Gateway::from_config(&text, scratch("backend-faults").join("log")).await
+}
+
+/// `notifications/initialized` answered with a 500 whose body never comes: the session's start
+/// fails in bounded time, and its pool slot (the only one) is free for the next call.
+#[tokio::test]
+async fn a_stalled_error_body_fails_the_start_and_frees_its_slot() {
+    let url = backend(Arc::new(|req: Req, mut s: TcpStream| {
+        Box::pin(async move {
+            match req.body["method"].as_str() {
+                Some("initialize") => {
+                    let _ = s
+                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
+                        .await;
+                }
+                Some("notifications/initialized") => {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 500 Oops\r\ncontent-length: 100\r\n\r\n")
+                        .await;
+                    std::future::pending::<()>().await;
+                }
+                _ => {
+                    let list =
+                        json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {"tools": []}});
+                    let _ = s.write_all(&json_resp(&list, "")).await;
+                }
+            }
+        })
+    }))
+    .await;
+    let gw = gw("http", &url).await;
+    let c = gw.client();
+    for _ in 0..2 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(8),
+            c.send(&c.body("tools/list", json!({}), &json!({}))),
+        )
+        .await
+        .expect("answered, not hung on the error body");
+        // A notification's failure does not fail the start; the call is served, and the slot
+        // is free again for the next one (a stuck start would make it -31000).
+        assert_eq!(r.result()["tools"], json!([]), "{:#}", r.body);
+    }
+    gw.stop().await;
+}
+
+/// 2024-11-05 SSE backend whose GET is answered 503 with a body that never comes.
+#[tokio::test]
+async fn a_stalled_error_body_on_the_sse_get_fails_the_call() {
+    let url = backend(Arc::new(|_req: Req, mut s: TcpStream| {
+        Box::pin(async move {
+            let _ = s
+                .write_all(b"HTTP/1.1 503 Busy\r\ncontent-length: 100\r\n\r\n")
+                .await;
+            std::future::pending::<()>().await;
+        })
+    }))
+    .await;
+    let gw = gw("sse", &url).await;
+    let c = gw.client();
+    let r = tokio::time::timeout(
+        Duration::from_secs(8),
+        c.send(&c.body("tools/list", json!({}), &json!({}))),
+    )
+    .await
+    .expect("answered, not hung on the error body");
+    assert_eq!(r.error_code(), -31001, "{:#}", r.body);
+    gw.stop().await;
+}
+
+/// A POST stream (chunked, numbered events) cut off without its last chunk: a resumable
+/// stream; the answer waits at GET + Last-Event-ID.
+#[tokio::test]
+async fn a_numbered_stream_cut_off_mid_body_is_resumed() {
+    let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The id the gateway gave the call upstream, for the answer on the picked-up stream.
+    let call_id = Arc::new(std::sync::Mutex::new(Value::Null));
+    let (g, call) = (gets.clone(), call_id.clone());
+    let url = backend(Arc::new(move |req: Req, mut s: TcpStream| {
+        let (g, call) = (g.clone(), call.clone());
+        Box::pin(async move {
+            if req.method == "GET" {
+                if req.head.to_ascii_lowercase().contains("last-event-id: e1") {
+                    g.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let id = call.lock().unwrap().clone();
+                    let ev = format!(
+                        "id: e2\nevent: message\ndata: {}\n\n",
+                        json!({"jsonrpc":"2.0","id":id,"result":{"content":[{"type":"text","text":"resumed"}]}})
+                    );
+                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ev}", ev.len()).as_bytes()).await;
+                } else {
+                    let _ = s.write_all(b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                }
+                return;
+            }
+            match req.body["method"].as_str() {
+                Some("initialize") => {
+                    let _ = s
+                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
+                        .await;
+                }
+                Some("tools/call") => {
+                    *call.lock().unwrap() = req.body["id"].clone();
+                    // `retry` short: the default of a second is the whole request timeout here.
+                    let ev = "id: e1\nretry: 50\ndata: \n\n";
+                    let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
+                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{chunk}").as_bytes()).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Cut off: no terminating chunk.
+                    drop(s);
+                }
+                _ => {
+                    let _ = s.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                }
+            }
+        })
+    }))
+    .await;
+    let gw = gw("http", &url).await;
+    let c = gw.client();
+    let r = tokio::time::timeout(
+        Duration::from_secs(8),
+        c.call_tool("t", json!({}), &json!({})),
+    )
+    .await
+    .expect("answers");
+    assert_eq!(r.tool_json(), json!("resumed"));
+    assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    gw.stop().await;
+}
