@@ -1,5 +1,6 @@
-//! Backends that misbehave at the HTTP level, scripted byte by byte: an error response whose
-//! body never comes, and a numbered event stream cut off mid-body.
+//! Backends scripted byte by byte, for what the fixture will not do: an error response whose
+//! body never comes, a numbered event stream cut off mid-body, an `initialize` answered with a
+//! later version than the one asked for.
 mod common;
 
 use common::*;
@@ -79,10 +80,14 @@ fn init_result(req: &Req) -> Value {
 }
 
 async fn gw(kind: &str, url: &str) -> Gateway {
+    gw_with(kind, url, "").await
+}
+
+async fn gw_with(kind: &str, url: &str, backend_lines: &str) -> Gateway {
     let extra = if kind == "http" {
-        "standalone_stream = false\n"
+        format!("standalone_stream = false\n{backend_lines}")
     } else {
-        ""
+        backend_lines.to_owned()
     };
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[limits]\nrequest_timeout = \"1s\"\nqueue_wait = \"1s\"\n[[backend]]\nname = \"b\"\nkind = \"{kind}\"\nurl = \"{url}\"\npool_max = 1\n{extra}"
@@ -215,5 +220,75 @@ async fn a_numbered_stream_cut_off_mid_body_is_resumed() {
     .expect("answers");
     assert_eq!(r.tool_json(), json!("resumed"));
     assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    gw.stop().await;
+}
+
+/// Asked for 2025-03-26, whose capabilities have no elicitation, a backend answers 2025-11-25.
+/// It was never told the client can elicit, so its `elicitation/create` is refused upstream
+/// rather than put to the client (who declared elicitation).
+#[tokio::test]
+async fn capabilities_are_what_the_backend_was_told_when_it_answers_a_later_version() {
+    let told = Arc::new(std::sync::Mutex::new(Value::Null));
+    let answers = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let (t, a) = (told.clone(), answers.clone());
+    let url = backend(Arc::new(move |req: Req, mut s: TcpStream| {
+        let (t, a) = (t.clone(), a.clone());
+        Box::pin(async move {
+            if req.method == "GET" {
+                let _ = s
+                    .write_all(b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+                return;
+            }
+            match req.body["method"].as_str() {
+                Some("initialize") => {
+                    *t.lock().unwrap() = req.body["params"].clone();
+                    let _ = s
+                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
+                        .await;
+                }
+                Some("tools/call") => {
+                    let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
+                        "params": {"message": "name?", "requestedSchema": {"type": "object",
+                        "properties": {"name": {"type": "string"}}}}});
+                    let ev = format!("event: message\ndata: {ask}\n\n");
+                    let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
+                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{chunk}").as_bytes()).await;
+                    std::future::pending::<()>().await;
+                }
+                _ => {
+                    if req.method == "POST" && req.body.get("method").is_none() {
+                        a.lock().unwrap().push(req.body.clone());
+                    }
+                    let _ = s
+                        .write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                }
+            }
+        })
+    }))
+    .await;
+    let gw = gw_with("http", &url, "protocol_version = \"2025-03-26\"\n").await;
+    let c = gw.client();
+    let r = tokio::time::timeout(
+        Duration::from_secs(8),
+        c.call_tool("t", json!({}), &json!({"elicitation": {}})),
+    )
+    .await
+    .expect("answers");
+    assert_eq!(told.lock().unwrap()["protocolVersion"], "2025-03-26");
+    assert_eq!(
+        told.lock().unwrap()["capabilities"].get("elicitation"),
+        None
+    );
+    // Not asked of the client: the backend, refused, never finishes the call.
+    assert_eq!(r.error_code(), -31001, "{:#}", r.body);
+    let refusal = {
+        let answers = answers.lock().unwrap();
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        answers[0].clone()
+    };
+    assert_eq!(refusal["id"], "ask-1");
+    assert!(refusal["error"].is_object(), "{refusal:#}");
     gw.stop().await;
 }

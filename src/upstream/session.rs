@@ -1075,7 +1075,12 @@ where
         return Err(init_error(e));
     }
 
-    let declared = start.declared.at_version(&version);
+    // What the backend was told (at the version asked for) and what the version it chose can
+    // carry: a backend may answer with a later version than the one asked for.
+    let declared = start
+        .declared
+        .at_version(start.protocol_version)
+        .at_version(&version);
     let (result, server_info) = start.init_results.share(result);
     let info = InitInfo {
         protocol_version: version,
