@@ -895,6 +895,36 @@ async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
 }
 
 #[tokio::test]
+async fn under_auto_a_call_found_to_be_held_is_refused_at_the_limit_before_a_backend_starts() {
+    let gw = Gateway::with(Options {
+        extra: "[limits]\nmax_parked_per_principal = 1\n".into(),
+        backend_extra: "replay = \"auto\"\nreplay_tools = { ask_form = \"hold\" }\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let alice = gw.client().with_principal("alice");
+    let caps = json!({"elicitation": {}});
+    // Fetches alice's tool annotations (echo is read-only: replayed, never parked).
+    let echo = alice.call_tool("echo", json!({"text": "hi"}), &caps).await;
+    assert_eq!(echo.result()["resultType"], "complete");
+    let parked = alice.call_tool("ask_form", json!({}), &caps).await;
+    assert_eq!(parked.result()["resultType"], "input_required");
+    let starts = |gw: &Gateway| {
+        gw.backend_received()
+            .iter()
+            .filter(|m| m["method"] == "initialize")
+            .count()
+    };
+    let before = starts(&gw);
+    // A tool the annotations do not name is held under `auto`; alice is at her limit.
+    let refused = alice.call_tool("unlisted", json!({}), &caps).await;
+    assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
+    assert!(refused.error_message().contains("too many calls waiting"));
+    assert_eq!(starts(&gw), before, "no backend session was started for it");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn sessions_are_never_shared_across_principals() {
     let gw = Gateway::start().await;
     let alice = gw.client().with_principal("alice");

@@ -201,14 +201,19 @@ async fn prepare(
 ) -> Option<(Box<Task>, mpsc::Sender<Reply>)> {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
+    // Looked up before the call goes out: a backend that serves one request at a time would
+    // not answer a `tools/list` while the call waits for input.
+    let (round, next_key, run) = match rerun {
+        Some((round, next_key, run)) => (round, next_key, Some(run)),
+        None => {
+            let replayed = interactive && Box::pin(replay::chosen(&bridge, backend, &req)).await;
+            (0, 0, replayed.then(replay::Run::default))
+        }
+    };
     // A held call that could not park would only be abandoned: refuse it before it takes a
-    // backend session (for stdio, a process).
-    let tool = req.params.get("name").and_then(Value::as_str);
-    let held = bridge.config.backends[backend]
-        .replay
-        .for_request(&req.method, tool)
-        == crate::config::Policy::Hold;
-    if interactive && rerun.is_none() && held {
+    // backend session (for stdio, a process). Whether it is held (`auto` decides by the tool's
+    // annotations) is known only now.
+    if interactive && run.is_none() {
         let limits = &bridge.config.limits;
         if let Some(full) = bridge.parks.full(
             &req.principal,
@@ -219,15 +224,6 @@ async fn prepare(
             return None;
         }
     }
-    // Looked up before the call goes out: a backend that serves one request at a time would
-    // not answer a `tools/list` while the call waits for input.
-    let (round, next_key, run) = match rerun {
-        Some((round, next_key, run)) => (round, next_key, Some(run)),
-        None => {
-            let replayed = interactive && Box::pin(replay::chosen(&bridge, backend, &req)).await;
-            (0, 0, replayed.then(replay::Run::default))
-        }
-    };
     let sent = Instant::now();
     let (lease, call) = match Box::pin(bridge.issue(backend, &req, interactive)).await {
         Ok(issued) => issued,
