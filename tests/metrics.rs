@@ -287,6 +287,19 @@ async fn a_replayed_call_counts_its_rounds_once_when_it_finishes() {
         0.0,
         "an unfinished call is not counted"
     );
+    // Brought by another principal, the state is refused: a state failure, not a replay.
+    let stolen = gw
+        .client()
+        .with_principal("mallory")
+        .retry_tool(
+            "ask_form",
+            args.clone(),
+            &elicit(),
+            json!({ key.clone(): accept(json!({"name": "Eve"})) }),
+            &r2.state(),
+        )
+        .await;
+    assert_eq!(stolen.error_code(), -32602, "{:#}", stolen.body);
     let done = c
         .retry_tool(
             "ask_form",
@@ -300,6 +313,13 @@ async fn a_replayed_call_counts_its_rounds_once_when_it_finishes() {
     let after = gw.scrape().await;
     let replayed = [("result", "replayed"), ("reason", "none")];
     assert_eq!(delta(&before, &after, "mrtr_retries_total", &replayed), 2.0);
+    let rejected = [("result", "rejected"), ("reason", "invalid_state")];
+    assert_eq!(delta(&before, &after, "mrtr_retries_total", &rejected), 1.0);
+    let principal = [("reason", "principal")];
+    assert_eq!(
+        delta(&before, &after, "mrtr_state_failures_total", &principal),
+        1.0
+    );
     assert_eq!(delta(&before, &after, "mrtr_call_rounds_count", &[]), 1.0);
     assert_eq!(delta(&before, &after, "mrtr_call_rounds_sum", &[]), 2.0);
     gw.stop().await;

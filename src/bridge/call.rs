@@ -312,7 +312,6 @@ async fn resume(
             return;
         }
         Route::Replay(claims) => {
-            metrics.retry(RetryResult::Replayed, RetryReason::None);
             Box::pin(super::replay::resume(
                 bridge.clone(),
                 backend,

@@ -10,6 +10,7 @@
 use super::{Bridge, Reply, Request, invalid_state};
 use crate::config::Policy;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
+use crate::metrics::{RetryReason, RetryResult, StateFailure};
 use crate::protocol::input::{self, Kind};
 use crate::seal::{self, Claims, Digest, Turn};
 use crate::upstream::{CallEvent, Session};
@@ -247,16 +248,28 @@ pub(super) async fn resume(
     mut responses: Map<String, Value>,
     reply: mpsc::Sender<Reply>,
 ) {
+    let metrics = bridge.metrics().clone();
+    let failed = |check: StateFailure| {
+        metrics.state_failure(check);
+        Reply::Done(Err(invalid_state()))
+    };
     let Some(transcript) = claims.replay else {
-        let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+        let _ = reply.send(failed(StateFailure::Malformed)).await;
         return;
     };
-    let fresh = claims.expires_at_ms > now_ms();
-    let same_principal = claims.principal == req.principal;
-    let same_request = claims.request == Bridge::request_digest(&req.method, &req.params);
-    let same_backend = transcript.backend == bridge.config.backends[backend].path;
-    if !(fresh && same_principal && same_request && same_backend) {
-        let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+    let check = if claims.expires_at_ms <= now_ms() {
+        Some(StateFailure::Expired)
+    } else if claims.principal != req.principal {
+        Some(StateFailure::Principal)
+    } else if claims.request != Bridge::request_digest(&req.method, &req.params)
+        || transcript.backend != bridge.config.backends[backend].path
+    {
+        Some(StateFailure::Request)
+    } else {
+        None
+    };
+    if let Some(check) = check {
+        let _ = reply.send(failed(check)).await;
         return;
     }
     let mut turns = transcript.turns;
@@ -265,10 +278,11 @@ pub(super) async fn resume(
             continue; // asked again when the backend gets there
         };
         let Some(kind) = Kind::from_method(&turn.method) else {
-            let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+            let _ = reply.send(failed(StateFailure::Malformed)).await;
             return;
         };
         if let Err(why) = input::validate_response(kind, &answer) {
+            metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
             let e = ErrorObject::new(
                 INVALID_PARAMS,
                 format!("inputResponses[\"{}\"]: {why}", turn.key),
@@ -278,6 +292,8 @@ pub(super) async fn resume(
         }
         turn.answer = Some(answer);
     }
+    // Counted once it has passed every check, as a resumed retry is.
+    metrics.retry(RetryResult::Replayed, RetryReason::None);
     super::call::rerun(
         bridge,
         backend,
