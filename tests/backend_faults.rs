@@ -292,3 +292,81 @@ async fn capabilities_are_what_the_backend_was_told_when_it_answers_a_later_vers
     assert!(refusal["error"].is_object(), "{refusal:#}");
     gw.stop().await;
 }
+
+/// A parked call whose backend stream ends without its answer has failed: its session's slot
+/// (the only one) goes back to the pool at once, not when the client returns or the park
+/// expires, so the next call is served instead of waiting and being refused as busy.
+#[tokio::test]
+async fn a_call_that_fails_while_parked_frees_its_slot_at_once() {
+    let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = starts.clone();
+    let url = backend(Arc::new(move |req: Req, mut s: TcpStream| {
+        let n = n.clone();
+        Box::pin(async move {
+            if req.method != "POST" {
+                let _ = s
+                    .write_all(b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+                return;
+            }
+            match req.body["method"].as_str() {
+                Some("initialize") => {
+                    n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = s
+                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
+                        .await;
+                }
+                Some("tools/call") => {
+                    // Asks, then, once the call is parked, ends the stream without answering
+                    // (and without event ids, so it cannot be picked up again).
+                    let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
+                        "params": {"message": "name?", "requestedSchema": {"type": "object",
+                        "properties": {"name": {"type": "string"}}}}});
+                    let ev = format!("event: message\ndata: {ask}\n\n");
+                    let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
+                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{chunk}").as_bytes()).await;
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let _ = s.write_all(b"0\r\n\r\n").await;
+                }
+                Some("tools/list") => {
+                    let list = json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {"tools": []}});
+                    let _ = s.write_all(&json_resp(&list, "")).await;
+                }
+                _ => {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                }
+            }
+        })
+    }))
+    .await;
+    let gw = gw("http", &url).await;
+    let c = gw.client();
+    let parked = c
+        .call_tool("t", json!({}), &json!({"elicitation": {}}))
+        .await;
+    assert_eq!(parked.result()["resultType"], "input_required");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = tokio::time::timeout(
+        Duration::from_secs(8),
+        c.send(&c.body("tools/list", json!({}), &json!({}))),
+    )
+    .await
+    .expect("answers");
+    assert_eq!(next.result()["tools"], json!([]), "{:#}", next.body);
+    assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // The client, back, learns how its call ended.
+    let key = parked.input_keys()[0].clone();
+    let retry = c
+        .retry_tool(
+            "t",
+            json!({}),
+            &json!({"elicitation": {}}),
+            json!({ key: {"action": "accept", "content": {"name": "Ada"}} }),
+            &parked.state(),
+        )
+        .await;
+    assert_eq!(retry.error_code(), -31001, "{:#}", retry.body);
+    gw.stop().await;
+}

@@ -962,13 +962,17 @@ impl Task {
                     " while the call waited for input",
                     &reason,
                 )));
+                // Nothing more goes upstream for this call: its slot is not held until the
+                // client comes back (or the park expires), which would keep others waiting.
+                self.lease.give_back_retired();
             }
             None => {
                 self.outcome = Some(Err(backend_failed(
                     self.lease.session().backend(),
                     " while the call waited for input",
                     "its session ended",
-                )))
+                )));
+                self.lease.give_back_retired();
             }
             Some(CallEvent::Notification { .. }) => {}
         }

@@ -62,6 +62,8 @@ pub struct Lease {
     session: Session,
     interactive: bool,
     retire: bool,
+    /// Given back to the pool already ([`Lease::give_back_retired`]).
+    released: bool,
 }
 
 impl Lease {
@@ -73,12 +75,25 @@ impl Lease {
     pub fn retire(&mut self) {
         self.retire = true;
     }
+
+    /// Gives the session's slot back now, retired, for a holder that will send nothing more on
+    /// it (its call failed while parked, and only the outcome waits for the client). The handle
+    /// stays, for what it says of the backend; the pool no longer counts it.
+    pub fn give_back_retired(&mut self) {
+        if !self.released {
+            self.released = true;
+            self.retire = true;
+            self.pool.release(self.session.id(), self.interactive, true);
+        }
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.pool
-            .release(self.session.id(), self.interactive, self.retire);
+        if !self.released {
+            self.pool
+                .release(self.session.id(), self.interactive, self.retire);
+        }
     }
 }
 
@@ -157,6 +172,7 @@ impl Pool {
                         session,
                         interactive: want.interactive,
                         retire: false,
+                        released: false,
                     });
                 }
                 Taken::Start => {
@@ -282,6 +298,7 @@ impl Pool {
                     session,
                     interactive: want.interactive,
                     retire: false,
+                    released: false,
                 })
             }
             Err(e) => {
