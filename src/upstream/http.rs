@@ -279,11 +279,14 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
+    /// Notes an event id. One that cannot be sent back as `Last-Event-ID` (a control character)
+    /// leaves the stream with no point to be picked up from: neither resumed nor let go.
     fn passed(&mut self, id: String) {
+        let id = HeaderValue::from_str(&id).is_ok().then_some(id);
         if let Some(mark) = &self.mark {
-            *mark.lock().expect("mark lock") = Some(id.clone());
+            mark.lock().expect("mark lock").clone_from(&id);
         }
-        self.last_id = Some(id);
+        self.last_id = id;
     }
 }
 
@@ -878,5 +881,25 @@ async fn standalone(ep: Endpoint) {
             _ = tokio::time::sleep(wait) => {}
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_id_that_cannot_be_sent_back_leaves_no_point_to_resume_from() {
+        let mark: Mark = Default::default();
+        let mut cursor = Cursor {
+            mark: Some(mark.clone()),
+            ..Cursor::default()
+        };
+        cursor.passed("e1".into());
+        assert_eq!(cursor.last_id.as_deref(), Some("e1"));
+        assert_eq!(mark.lock().unwrap().as_deref(), Some("e1"));
+        cursor.passed("e\u{1}2".into());
+        assert_eq!(cursor.last_id, None);
+        assert_eq!(*mark.lock().unwrap(), None);
     }
 }
