@@ -281,7 +281,13 @@ pub(crate) async fn forward(
         addr: addr.to_owned(),
         reason,
     };
-    let max_event = bridge.config.limits.max_line_bytes;
+    // The owner sends the backend's result (at most `max_line_bytes`) with `resultType` and
+    // `_meta` added: room for those on top.
+    let max_event = bridge
+        .config
+        .limits
+        .max_line_bytes
+        .saturating_add(HOP_EVENT_SLACK);
     let exchange = async {
         let stream = tokio::time::timeout(
             fleet.forward_connect_timeout,
@@ -310,9 +316,7 @@ pub(crate) async fn forward(
         let mut events = crate::sse::decode(resp.into_body().into_data_stream(), max_event);
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| Error::Stream(e.to_string()))?;
-            let msg: Value = serde_json::from_str(&event.data)
-                .map_err(|_| Error::Stream("an event that is not JSON".into()))?;
-            match decode_reply(msg) {
+            match decode_reply(&event.data) {
                 Some(done @ Reply::Done(_)) => {
                     let _ = reply.send(done).await;
                     return Ok(());
@@ -334,23 +338,51 @@ pub(crate) async fn forward(
     }
 }
 
-fn encode_reply(reply: &Reply) -> Value {
+/// Room on top of `max_line_bytes` for what the owner adds to a result it sends over a hop.
+const HOP_EVENT_SLACK: usize = 64 * 1024;
+
+/// One reply as an event of the hop's stream. A backend's result goes as the text it is, so
+/// it keeps its members' order and its numbers' digits across the hop, as without one; the
+/// shape of the event is the same for a result made here (a replica of an earlier release
+/// reads either).
+fn encode_reply(reply: &Reply) -> String {
     match reply {
-        Reply::Notification(note) => json!({"notification": note}),
-        Reply::Done(Ok(result)) => json!({"result": result}),
-        Reply::Done(Err(e)) => json!({"error": e}),
+        Reply::Notification(note) => json!({ "notification": note }).to_string(),
+        Reply::Done(Ok(jsonrpc::Payload::Text(text))) => format!("{{\"result\":{text}}}"),
+        Reply::Done(Ok(jsonrpc::Payload::Value(result))) => json!({ "result": result }).to_string(),
+        Reply::Done(Err(e)) => json!({ "error": e }).to_string(),
     }
 }
 
-fn decode_reply(mut msg: Value) -> Option<Reply> {
-    if let Some(note) = msg.get_mut("notification") {
-        return Some(Reply::Notification(note.take()));
+/// A reply off the hop's stream. A result stays text, but for an `InputRequiredResult` (made
+/// by the owner, small), which goes on as a tree: the client's connection counts it by its
+/// `resultType`.
+fn decode_reply(data: &str) -> Option<Reply> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Hopped {
+        Notification(Value),
+        Result(Box<serde_json::value::RawValue>),
+        Error(ErrorObject),
     }
-    if let Some(result) = msg.get_mut("result") {
-        return Some(Reply::Done(Ok(result.take().into())));
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "resultType", borrow)]
+        result_type: Option<std::borrow::Cow<'a, str>>,
     }
-    let error: ErrorObject = serde_json::from_value(msg.get_mut("error")?.take()).ok()?;
-    Some(Reply::Done(Err(error)))
+    Some(match serde_json::from_str(data).ok()? {
+        Hopped::Notification(note) => Reply::Notification(note),
+        Hopped::Result(text) => {
+            let input_required = serde_json::from_str::<Kind>(text.get())
+                .is_ok_and(|k| k.result_type.as_deref() == Some("input_required"));
+            Reply::Done(Ok(if input_required {
+                jsonrpc::Payload::Value(serde_json::from_str(text.get()).ok()?)
+            } else {
+                jsonrpc::Payload::Text(text.get().to_owned())
+            }))
+        }
+        Hopped::Error(e) => Reply::Done(Err(e)),
+    })
 }
 
 /// Serves the internal listener until `stop`, then lets in-flight hops finish.
@@ -477,7 +509,7 @@ async fn handle(
         let mut rx = rx?;
         let reply = rx.recv().await?;
         let last = matches!(reply, Reply::Done(_));
-        let frame = Frame::data(Bytes::from(crate::sse::encode(
+        let frame = Frame::data(Bytes::from(crate::sse::encode_text(
             "message",
             &encode_reply(&reply),
         )));
@@ -583,25 +615,38 @@ mod tests {
 
     #[test]
     fn replies_cross_the_hop_unchanged() {
-        for reply in [
-            Reply::Notification(json!({"method": "notifications/progress"})),
-            Reply::Done(Ok(json!({"resultType": "complete"}).into())),
-            Reply::Done(Err(ErrorObject::new(-32602, "no"))),
-        ] {
-            let back = decode_reply(encode_reply(&reply)).unwrap();
-            assert_eq!(format!("{back:?}"), format!("{reply:?}"));
-        }
-        // A backend's result as text crosses as the same JSON.
-        let text = Reply::Done(Ok(crate::jsonrpc::Payload::Text(
-            "{\"content\": [1, 2],\n \"resultType\":\"complete\"}".into(),
-        )));
-        let Some(Reply::Done(Ok(back))) = decode_reply(encode_reply(&text)) else {
-            panic!("not a result");
+        let note = Reply::Notification(json!({"method": "notifications/progress"}));
+        let Some(Reply::Notification(back)) = decode_reply(&encode_reply(&note)) else {
+            panic!("not a notification");
         };
-        assert_eq!(
-            back.into_value().unwrap(),
-            json!({"content": [1, 2], "resultType": "complete"})
-        );
-        assert!(decode_reply(json!({"other": 1})).is_none());
+        assert_eq!(back, json!({"method": "notifications/progress"}));
+        let error = Reply::Done(Err(ErrorObject::new(-32602, "no")));
+        let Some(Reply::Done(Err(back))) = decode_reply(&encode_reply(&error)) else {
+            panic!("not an error");
+        };
+        assert_eq!((back.code, back.message.as_str()), (-32602, "no"));
+        let tree = Reply::Done(Ok(json!({"resultType": "input_required"}).into()));
+        let Some(Reply::Done(Ok(crate::jsonrpc::Payload::Value(back)))) =
+            decode_reply(&encode_reply(&tree))
+        else {
+            panic!("not a result as a tree");
+        };
+        assert_eq!(back, json!({"resultType": "input_required"}));
+        // A backend's result as text crosses as that text: members in their order, numbers
+        // with their digits (through the event stream's framing, as the hop sends it).
+        let written = "{\"z\": [1, 2.50],\"a\":1e400, \"resultType\":\"complete\"}";
+        let text = Reply::Done(Ok(crate::jsonrpc::Payload::Text(written.into())));
+        let event = crate::sse::encode_text("message", &encode_reply(&text));
+        let data = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let Some(Reply::Done(Ok(crate::jsonrpc::Payload::Text(back)))) = decode_reply(&data) else {
+            panic!("not a result as text");
+        };
+        assert_eq!(back, written);
+        assert!(decode_reply("{\"other\": 1}").is_none());
+        assert!(decode_reply("not json").is_none());
     }
 }
