@@ -476,7 +476,7 @@ impl Task {
                 span.record("round", self.round);
             }
             // Open before the client learns the state it may retry with.
-            let mut retry = door.open();
+            let mut retry = door.open(self.round);
             let _ = reply
                 .send(Reply::Done(Ok(self.input_required(park, None).into())))
                 .await;
@@ -500,21 +500,16 @@ impl Task {
                     resume = &mut retry, if !retry.is_terminated() => {
                         // Only a retry takes the door's sender, and it always sends.
                         let Ok(resume) = resume else {
-                            retry = door.open();
+                            retry = door.open(self.round);
                             continue;
                         };
-                        if resume.round != self.round {
-                            retry = door.open();
-                            self.bridge.metrics.state_failure(StateFailure::StaleRound);
-                            let _ = resume.reply.send(Reply::Done(Err(invalid_state()))).await;
-                            continue;
-                        }
+                        // The door lets in only a retry of this round.
                         match Box::pin(self.accept(&resume)).await {
                             Ok(()) => break Woke::Retry(resume),
                             Err(e) => {
                                 // A malformed answer leaves the park as it was: open again
                                 // before the client hears of it.
-                                retry = door.open();
+                                retry = door.open(self.round);
                                 self.bridge.metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
                                 let _ = resume.reply.send(Reply::Done(Err(e))).await;
                             }

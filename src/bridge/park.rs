@@ -24,17 +24,19 @@ pub struct Resume {
 }
 
 /// Where a retry is handed to its parked call. It holds a way in only while the call waits for
-/// a retry, and the first retry to take it is the one the call gets: another that arrives
-/// meanwhile finds it empty. (A one-shot hand-over per wait rather than a channel: a tokio
-/// channel allocates room for 32 messages up front, and every parked call would keep one.)
+/// a retry of its current round, and the first such retry to take it is the one the call gets:
+/// another that arrives meanwhile finds it empty, and a retry of another round (a stale state
+/// sent again) is turned away without taking it. (A one-shot hand-over per wait rather than a
+/// channel: a tokio channel allocates room for 32 messages up front, and every parked call
+/// would keep one.)
 #[derive(Debug, Default)]
-pub struct Door(Mutex<Option<oneshot::Sender<Box<Resume>>>>);
+pub struct Door(Mutex<Option<(u32, oneshot::Sender<Box<Resume>>)>>);
 
 impl Door {
-    /// Opens the door for the next retry; the call waits on what it returns.
-    pub fn open(&self) -> oneshot::Receiver<Box<Resume>> {
+    /// Opens the door for the next retry of `round`; the call waits on what it returns.
+    pub fn open(&self, round: u32) -> oneshot::Receiver<Box<Resume>> {
         let (tx, rx) = oneshot::channel();
-        *self.0.lock().expect("door lock") = Some(tx);
+        *self.0.lock().expect("door lock") = Some((round, tx));
         rx
     }
 
@@ -43,12 +45,19 @@ impl Door {
         self.0.lock().expect("door lock").take();
     }
 
-    /// Hands a retry to the call; gives it back if the call is not waiting for one (it is
-    /// running a round, another retry got in first, or it has ended).
+    /// Hands a retry to the call; gives it back if the call is not waiting for one of its
+    /// round (it is running a round, another retry got in first, it has ended, or the retry
+    /// answers another round).
     pub fn hand_over(&self, resume: Box<Resume>) -> Result<(), Box<Resume>> {
-        let Some(tx) = self.0.lock().expect("door lock").take() else {
+        let mut way_in = self.0.lock().expect("door lock");
+        if way_in
+            .as_ref()
+            .is_none_or(|(round, _)| *round != resume.round)
+        {
             return Err(resume);
-        };
+        }
+        let (_, tx) = way_in.take().expect("checked above");
+        drop(way_in);
         tx.send(resume)
     }
 }
@@ -188,22 +197,32 @@ mod tests {
             1,
             "never opened"
         );
-        let mut rx = door.open();
+        let mut rx = door.open(2);
         door.hand_over(resume(2))
             .expect("open: the first retry gets in");
-        assert_eq!(door.hand_over(resume(3)).unwrap_err().round, 3, "taken");
+        assert_eq!(door.hand_over(resume(2)).unwrap_err().round, 2, "taken");
         assert_eq!(rx.try_recv().expect("handed over").round, 2);
-        let rx = door.open();
+        let rx = door.open(3);
         door.close();
-        assert_eq!(door.hand_over(resume(4)).unwrap_err().round, 4, "closed");
+        assert_eq!(door.hand_over(resume(3)).unwrap_err().round, 3, "closed");
         drop(rx);
-        door.open();
-        drop(door.open());
+        door.open(3);
+        drop(door.open(3));
         assert_eq!(
-            door.hand_over(resume(5)).unwrap_err().round,
-            5,
+            door.hand_over(resume(3)).unwrap_err().round,
+            3,
             "the call stopped waiting"
         );
+    }
+
+    #[test]
+    fn a_retry_of_another_round_leaves_the_door_open_for_the_current_one() {
+        let door = Door::default();
+        let mut rx = door.open(2);
+        assert_eq!(door.hand_over(resume(1)).unwrap_err().round, 1, "stale");
+        door.hand_over(resume(2))
+            .expect("the current round still gets in");
+        assert_eq!(rx.try_recv().expect("handed over").round, 2);
     }
 
     #[test]
