@@ -439,6 +439,15 @@ impl Task {
                     }
                 }
             }
+            // A gateway shutting down opens no new round: the client could not retry it here.
+            if self.bridge.shutdown.is_cancelled() {
+                if entry.is_some() {
+                    self.bridge.metrics.abandoned(AbandonReason::Shutdown);
+                }
+                let _ = reply.send(Reply::Done(Err(super::shutting_down()))).await;
+                Box::pin(self.abandon("the gateway is shutting down")).await;
+                return;
+            }
             // Park (or stay parked) until a valid retry, a deadline, or shutdown.
             if entry.is_none() {
                 let limits = &self.bridge.config.limits;

@@ -200,11 +200,7 @@ impl Bridge {
         let task: BoxFuture<'static, ()> =
             if bridge.is_draining() && !req.params.contains_key("requestState") {
                 Box::pin(async move {
-                    let e = ErrorObject::new(
-                        jsonrpc::BACKEND_BUSY,
-                        "the gateway is shutting down: send the request to another replica",
-                    );
-                    let _ = tx.send(Reply::Done(Err(e))).await;
+                    let _ = tx.send(Reply::Done(Err(shutting_down()))).await;
                 })
             } else if protocol::is_mrtr_method(&req.method) {
                 call::serve(bridge, backend, req, tx, false)
@@ -471,6 +467,14 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
         p.insert("_meta".into(), Value::Object(m));
     }
     Value::Object(p)
+}
+
+/// -31000 for a request the gateway will not take on as it shuts down: another replica can.
+pub(crate) fn shutting_down() -> ErrorObject {
+    ErrorObject::new(
+        jsonrpc::BACKEND_BUSY,
+        "the gateway is shutting down: send the request to another replica",
+    )
 }
 
 /// A backend's error answer, as a 2026-07-28 server may send it: resource not found (-32002)
