@@ -73,6 +73,24 @@ fn json_resp(v: &Value, extra: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// An empty answer that closes its connection: to a notification or a response.
+const ACCEPTED: &[u8] = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+/// No standalone GET stream here.
+const NO_STREAM: &[u8] = b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// The head and first chunk of an event stream that asks for a name (`elicitation/create`,
+/// id `ask-1`); the stream stays open until its last chunk is written, or its connection closed.
+fn asking_stream() -> String {
+    let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
+        "params": {"message": "name?", "requestedSchema": {"type": "object",
+        "properties": {"name": {"type": "string"}}}}});
+    let ev = format!("event: message\ndata: {ask}\n\n");
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{ev}\r\n",
+        ev.len()
+    )
+}
+
 fn init_result(req: &Req) -> Value {
     json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {
         "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
@@ -183,7 +201,7 @@ async fn a_numbered_stream_cut_off_mid_body_is_resumed() {
                     );
                     let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ev}", ev.len()).as_bytes()).await;
                 } else {
-                    let _ = s.write_all(b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                    let _ = s.write_all(NO_STREAM).await;
                 }
                 return;
             }
@@ -204,7 +222,7 @@ async fn a_numbered_stream_cut_off_mid_body_is_resumed() {
                     drop(s);
                 }
                 _ => {
-                    let _ = s.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                    let _ = s.write_all(ACCEPTED).await;
                 }
             }
         })
@@ -235,9 +253,7 @@ async fn capabilities_are_what_the_backend_was_told_when_it_answers_a_later_vers
         let (t, a) = (t.clone(), a.clone());
         Box::pin(async move {
             if req.method == "GET" {
-                let _ = s
-                    .write_all(b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
+                let _ = s.write_all(NO_STREAM).await;
                 return;
             }
             match req.body["method"].as_str() {
@@ -248,21 +264,14 @@ async fn capabilities_are_what_the_backend_was_told_when_it_answers_a_later_vers
                         .await;
                 }
                 Some("tools/call") => {
-                    let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
-                        "params": {"message": "name?", "requestedSchema": {"type": "object",
-                        "properties": {"name": {"type": "string"}}}}});
-                    let ev = format!("event: message\ndata: {ask}\n\n");
-                    let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
-                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{chunk}").as_bytes()).await;
+                    let _ = s.write_all(asking_stream().as_bytes()).await;
                     std::future::pending::<()>().await;
                 }
                 _ => {
                     if req.method == "POST" && req.body.get("method").is_none() {
                         a.lock().unwrap().push(req.body.clone());
                     }
-                    let _ = s
-                        .write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                        .await;
+                    let _ = s.write_all(ACCEPTED).await;
                 }
             }
         })
@@ -304,9 +313,7 @@ async fn a_call_that_fails_while_parked_frees_its_slot_at_once() {
         let n = n.clone();
         Box::pin(async move {
             if req.method != "POST" {
-                let _ = s
-                    .write_all(b"HTTP/1.1 405 No\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
+                let _ = s.write_all(NO_STREAM).await;
                 return;
             }
             match req.body["method"].as_str() {
@@ -319,23 +326,17 @@ async fn a_call_that_fails_while_parked_frees_its_slot_at_once() {
                 Some("tools/call") => {
                     // Asks, then, once the call is parked, ends the stream without answering
                     // (and without event ids, so it cannot be picked up again).
-                    let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
-                        "params": {"message": "name?", "requestedSchema": {"type": "object",
-                        "properties": {"name": {"type": "string"}}}}});
-                    let ev = format!("event: message\ndata: {ask}\n\n");
-                    let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
-                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{chunk}").as_bytes()).await;
+                    let _ = s.write_all(asking_stream().as_bytes()).await;
                     tokio::time::sleep(Duration::from_millis(150)).await;
                     let _ = s.write_all(b"0\r\n\r\n").await;
                 }
                 Some("tools/list") => {
-                    let list = json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {"tools": []}});
+                    let list =
+                        json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {"tools": []}});
                     let _ = s.write_all(&json_resp(&list, "")).await;
                 }
                 _ => {
-                    let _ = s
-                        .write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                        .await;
+                    let _ = s.write_all(ACCEPTED).await;
                 }
             }
         })

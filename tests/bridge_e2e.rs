@@ -859,6 +859,14 @@ async fn past_the_pool_maximum_callers_queue_then_get_backend_busy() {
     gw.stop().await;
 }
 
+/// Backend sessions started so far (each begins with `initialize`).
+fn backend_starts(gw: &Gateway) -> usize {
+    gw.backend_received()
+        .iter()
+        .filter(|m| m["method"] == "initialize")
+        .count()
+}
+
 #[tokio::test]
 async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
     let gw = Gateway::with(Options {
@@ -870,17 +878,15 @@ async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
     let caps = json!({"elicitation": {}});
     let first = alice.call_tool("ask_form", json!({}), &caps).await;
     assert_eq!(first.result()["resultType"], "input_required");
-    let starts = |gw: &Gateway| {
-        gw.backend_received()
-            .iter()
-            .filter(|m| m["method"] == "initialize")
-            .count()
-    };
-    let before = starts(&gw);
+    let before = backend_starts(&gw);
     let refused = alice.call_tool("ask_form", json!({}), &caps).await;
     assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
     assert!(refused.error_message().contains("too many calls waiting"));
-    assert_eq!(starts(&gw), before, "no backend session was started for it");
+    assert_eq!(
+        backend_starts(&gw),
+        before,
+        "no backend session was started for it"
+    );
     // Another principal is not affected, and calls that need no input still run.
     let bob = gw.client().with_principal("bob");
     assert_eq!(
@@ -909,18 +915,16 @@ async fn under_auto_a_call_found_to_be_held_is_refused_at_the_limit_before_a_bac
     assert_eq!(echo.result()["resultType"], "complete");
     let parked = alice.call_tool("ask_form", json!({}), &caps).await;
     assert_eq!(parked.result()["resultType"], "input_required");
-    let starts = |gw: &Gateway| {
-        gw.backend_received()
-            .iter()
-            .filter(|m| m["method"] == "initialize")
-            .count()
-    };
-    let before = starts(&gw);
+    let before = backend_starts(&gw);
     // A tool the annotations do not name is held under `auto`; alice is at her limit.
     let refused = alice.call_tool("unlisted", json!({}), &caps).await;
     assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
     assert!(refused.error_message().contains("too many calls waiting"));
-    assert_eq!(starts(&gw), before, "no backend session was started for it");
+    assert_eq!(
+        backend_starts(&gw),
+        before,
+        "no backend session was started for it"
+    );
     gw.stop().await;
 }
 
