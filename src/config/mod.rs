@@ -903,6 +903,17 @@ impl Config {
                     "internal listen   {listen} (advertised as {})",
                     advertise.as_deref().unwrap_or("the bound address")
                 );
+                let _ = writeln!(
+                    s,
+                    "forward timeout   {:?}{}",
+                    self.fleet.forward_timeout,
+                    if self.fleet.forward_timeout <= self.limits.request_timeout {
+                        " (not above limits.request_timeout: a forwarded round that runs that \
+                         long fails)"
+                    } else {
+                        ""
+                    }
+                );
             }
             (None, _) => {
                 let _ = writeln!(s, "internal listen   none (single replica)");
@@ -1732,6 +1743,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.state.owner, "pod-1");
         assert_eq!(c.fleet.advertise.as_deref(), Some("10.0.0.7:8081"));
+        assert!(c.describe().contains("forward timeout   70s\n"));
+        let short = Config::parse(
+            "[fleet]\ninternal_listen = \"127.0.0.1:8081\"\nforward_timeout = \"30s\"\n[[backend]]\nname = \"b\"\ncommand = \"s\"\n",
+            None,
+        )
+        .unwrap();
+        assert!(
+            short
+                .describe()
+                .contains("forward timeout   30s (not above limits.request_timeout")
+        );
         let r = &c.backends[0].replay;
         assert_eq!(r.for_request("tools/call", Some("pay")), Policy::Hold);
         assert_eq!(r.for_request("tools/call", Some("get")), Policy::Replay);
