@@ -634,6 +634,12 @@ async fn unless_closed(
     request(&ep, &sink, id, &method, msg, mark).await
 }
 
+/// A request that failed: logged, and its call told why.
+async fn failed(sink: &Sink, link: &Link, method: &str, id: &Id, why: String) {
+    tracing::warn!(backend = %link.backend, %method, "{why}");
+    report(sink, Inbound::failed(id, why)).await;
+}
+
 /// One request's POST and everything its answer carries.
 async fn request(
     ep: &Endpoint,
@@ -650,10 +656,7 @@ async fn request(
         .await
     {
         Ok(r) => r,
-        Err(f) => {
-            tracing::warn!(backend = %link.backend, %method, "{}", f.describe());
-            return report(sink, Inbound::failed(&id, f.describe())).await;
-        }
+        Err(f) => return failed(sink, link, method, &id, f.describe()).await,
     };
     // Sent: the answer stream may stay open for as long as the call is parked.
     drop(msg);
@@ -677,13 +680,11 @@ async fn request(
         // 202 is for notifications and responses: a request must be answered with JSON or an
         // event stream, so this call would wait for nothing.
         let why = "answered a request with 202 Accepted and no response";
-        tracing::warn!(backend = %link.backend, %method, "{why}");
-        return report(sink, Inbound::failed(&id, why)).await;
+        return failed(sink, link, method, &id, why.to_owned()).await;
     }
     if !status.is_success() {
         let f = Box::pin(status_failure(resp, link)).await;
-        tracing::warn!(backend = %link.backend, %method, "{}", f.describe());
-        return report(sink, Inbound::failed(&id, f.describe())).await;
+        return failed(sink, link, method, &id, f.describe()).await;
     }
     match content_type(&resp).as_str() {
         "application/json" => match Box::pin(link.read_json(resp.into_body())).await {
@@ -697,10 +698,7 @@ async fn request(
                     .await;
                 }
             }
-            Err(f) => {
-                tracing::warn!(backend = %link.backend, %method, "{}", f.describe());
-                report(sink, Inbound::failed(&id, f.describe())).await;
-            }
+            Err(f) => failed(sink, link, method, &id, f.describe()).await,
         },
         "text/event-stream" => {
             let mut cursor = Cursor {
@@ -715,9 +713,7 @@ async fn request(
                     tracing::debug!(backend = %link.backend, %method, "the response stream broke off ({why}); resuming it");
                 }
                 Err(e) => {
-                    let why = e.to_string();
-                    tracing::warn!(backend = %link.backend, %method, "{why}");
-                    return report(sink, Inbound::failed(&id, why)).await;
+                    return failed(sink, link, method, &id, e.to_string()).await;
                 }
                 Ok(_) => {}
             }
@@ -727,8 +723,7 @@ async fn request(
         }
         other => {
             let why = format!("answered with Content-Type `{other}`, not JSON or an event stream");
-            tracing::warn!(backend = %link.backend, %method, "{why}");
-            report(sink, Inbound::failed(&id, why)).await;
+            failed(sink, link, method, &id, why).await;
         }
     }
 }
