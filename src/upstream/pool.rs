@@ -82,7 +82,6 @@ impl Lease {
     pub fn give_back_retired(&mut self) {
         if !self.released {
             self.released = true;
-            self.retire = true;
             self.pool.release(self.session.id(), self.interactive, true);
         }
     }
