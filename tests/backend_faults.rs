@@ -91,10 +91,14 @@ fn asking_stream() -> String {
     )
 }
 
-fn init_result(req: &Req) -> Value {
-    json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {
+/// Answers `initialize` with 2025-11-25 and a session id.
+async fn answer_initialize(req: &Req, s: &mut TcpStream) {
+    let result = json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {
         "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-        "serverInfo": {"name": "x", "version": "0"}}})
+        "serverInfo": {"name": "x", "version": "0"}}});
+    let _ = s
+        .write_all(&json_resp(&result, "mcp-session-id: s1\r\n"))
+        .await;
 }
 
 async fn gw(kind: &str, url: &str) -> Gateway {
@@ -122,9 +126,7 @@ async fn a_stalled_error_body_does_not_hold_the_start_or_its_slot() {
         Box::pin(async move {
             match req.body["method"].as_str() {
                 Some("initialize") => {
-                    let _ = s
-                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
-                        .await;
+                    answer_initialize(&req, &mut s).await;
                 }
                 Some("notifications/initialized") => {
                     let _ = s
@@ -208,9 +210,7 @@ async fn a_numbered_stream_cut_off_mid_body_is_resumed() {
             }
             match req.body["method"].as_str() {
                 Some("initialize") => {
-                    let _ = s
-                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
-                        .await;
+                    answer_initialize(&req, &mut s).await;
                 }
                 Some("tools/call") => {
                     *call.lock().unwrap() = req.body["id"].clone();
@@ -260,9 +260,7 @@ async fn capabilities_are_what_the_backend_was_told_when_it_answers_a_later_vers
             match req.body["method"].as_str() {
                 Some("initialize") => {
                     *t.lock().unwrap() = req.body["params"].clone();
-                    let _ = s
-                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
-                        .await;
+                    answer_initialize(&req, &mut s).await;
                 }
                 Some("tools/call") => {
                     let _ = s.write_all(asking_stream().as_bytes()).await;
@@ -320,9 +318,7 @@ async fn a_call_that_fails_while_parked_frees_its_slot_at_once() {
             match req.body["method"].as_str() {
                 Some("initialize") => {
                     n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let _ = s
-                        .write_all(&json_resp(&init_result(&req), "mcp-session-id: s1\r\n"))
-                        .await;
+                    answer_initialize(&req, &mut s).await;
                 }
                 Some("tools/call") => {
                     // Asks, then, once the call is parked, ends the stream without answering

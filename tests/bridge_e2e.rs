@@ -867,6 +867,18 @@ fn backend_starts(gw: &Gateway) -> usize {
         .count()
 }
 
+/// `refused` was turned away at the parked limit, and no backend session was started for it
+/// (`before`: the sessions started until then).
+fn refused_before_a_start(gw: &Gateway, refused: &Reply, before: usize) {
+    assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
+    assert!(refused.error_message().contains("too many calls waiting"));
+    assert_eq!(
+        backend_starts(gw),
+        before,
+        "no backend session was started for it"
+    );
+}
+
 #[tokio::test]
 async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
     let gw = Gateway::with(Options {
@@ -880,13 +892,7 @@ async fn a_principal_at_its_parked_limit_is_refused_before_a_backend_starts() {
     assert_eq!(first.result()["resultType"], "input_required");
     let before = backend_starts(&gw);
     let refused = alice.call_tool("ask_form", json!({}), &caps).await;
-    assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
-    assert!(refused.error_message().contains("too many calls waiting"));
-    assert_eq!(
-        backend_starts(&gw),
-        before,
-        "no backend session was started for it"
-    );
+    refused_before_a_start(&gw, &refused, before);
     // Another principal is not affected, and calls that need no input still run.
     let bob = gw.client().with_principal("bob");
     assert_eq!(
@@ -918,13 +924,7 @@ async fn under_auto_a_call_found_to_be_held_is_refused_at_the_limit_before_a_bac
     let before = backend_starts(&gw);
     // A tool the annotations do not name is held under `auto`; alice is at her limit.
     let refused = alice.call_tool("unlisted", json!({}), &caps).await;
-    assert_eq!(refused.error_code(), -31000, "{:#}", refused.body);
-    assert!(refused.error_message().contains("too many calls waiting"));
-    assert_eq!(
-        backend_starts(&gw),
-        before,
-        "no backend session was started for it"
-    );
+    refused_before_a_start(&gw, &refused, before);
     gw.stop().await;
 }
 
