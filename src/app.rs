@@ -2,11 +2,11 @@
 //! connections (bounded by `server.max_connections`) until shutdown, then drains: connections
 //! finish their in-flight requests, calls are abandoned explicitly, sessions and children stop.
 
-use crate::admin::{self, Admin};
 use crate::bridge::Bridge;
 use crate::config::{Config, LogFormat};
-use crate::downstream;
 use crate::metrics::Metrics;
+use crate::server::admin::{self, Admin};
+use crate::server::{internal, listener, mcp};
 use anyhow::Context;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
@@ -193,11 +193,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         );
         (
             bound,
-            tokio::spawn(crate::fleet::serve_internal(
-                l,
-                bridge.clone(),
-                stop.clone(),
-            )),
+            tokio::spawn(internal::serve_internal(l, bridge.clone(), stop.clone())),
         )
     });
     let done = tokio::spawn(accept_loop(
@@ -224,15 +220,15 @@ async fn accept_loop(
     max_connections: usize,
     grace: std::time::Duration,
 ) {
-    let limits = crate::listener::Limits {
+    let limits = listener::Limits {
         name: "mcp",
         max_connections,
         header_read_timeout: bridge.config.server.header_timeout,
         write_timeout: bridge.config.server.write_timeout,
     };
     let engine = bridge.clone();
-    let connections = crate::listener::serve(listener, limits, stop, move |req, _| {
-        downstream::http::serve(engine.clone(), req)
+    let connections = listener::serve(listener, limits, stop, move |req, _| {
+        mcp::serve(engine.clone(), req)
     })
     .await;
     // One deadline for the calls and the connections: they finish side by side.

@@ -4,7 +4,7 @@
 //! A request flows through the crate like this:
 //!
 //! ```text
-//! client --POST /mcp--> downstream::http   (size, depth, shape, headers vs body, _meta, Origin, principal)
+//! client --POST /mcp--> server::mcp        (size, depth, shape, headers vs body, _meta, Origin, principal)
 //!                          |
 //!                          v
 //!                       bridge   --lease-->  upstream::Pool[(backend, principal, capability set)]
@@ -17,32 +17,31 @@
 //!                          then: another round, or the final result { resultType: "complete" }
 //! ```
 //!
-//! Modules: [`config`] (TOML -> validated `Config`), [`jsonrpc`] (message model and limits),
-//! [`protocol`] (MCP era knowledge), [`downstream`] (the modern HTTP face), [`upstream`] (legacy
-//! sessions and the pool), [`bridge`] (calls, parking, resume, expiry, replay), [`fleet`] (the
-//! internal hop that forwards a retry to the replica holding its call), [`seal`] (the only
-//! crypto), [`sse`], [`metrics`] (typed Prometheus metrics), [`admin`] (the `/metrics`,
-//! `/healthz`, `/readyz` listener), [`listener`] (the one accept loop), [`shard`] (the threads
+//! Modules, from the top down: [`server`] (everything that accepts a connection: the accept
+//! loop, the MCP face, the internal hop's face, the admin endpoints, and every response shape),
+//! [`bridge`] (the engine: calls, parking, retries, replay, forwarding to the owner replica),
+//! [`upstream`] (legacy sessions and the pool), then [`config`] (TOML -> validated `Config`),
+//! [`wire`] (the client's replies, the hop's format), [`jsonrpc`] (message model and limits),
+//! [`sse`], [`protocol`] (MCP era knowledge), [`seal`] (the only crypto), [`metrics`] (typed
+//! Prometheus metrics), [`shard`] (the threads
 //! that serve connections, each with a runtime of its own), [`wake`] (tasks polled again when
 //! they wake themselves), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the `health`
 //! command), and [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod app;
 pub mod bridge;
 pub mod cli;
 pub mod config;
-pub mod downstream;
-pub mod fleet;
 pub mod jsonrpc;
 pub mod legacy_server;
-pub mod listener;
 pub mod metrics;
 pub mod probe;
 pub mod protocol;
 pub mod seal;
+pub mod server;
 pub mod shard;
 pub mod sse;
 pub mod upstream;
 pub mod wake;
+pub mod wire;

@@ -67,7 +67,7 @@ fn internal_url(gw: &Gateway) -> String {
         .unwrap()
         .internal_addr()
         .expect("internal listener");
-    format!("http://{addr}{}", mrtr_gateway::fleet::HOP_PATH)
+    format!("http://{addr}{}", mrtr_gateway::wire::hop::PATH)
 }
 
 /// A listener that only counts the connections it gets.
@@ -88,7 +88,7 @@ async fn recorder() -> (String, Arc<AtomicUsize>) {
 fn alice_digest() -> seal::Digest {
     let mut headers = http::HeaderMap::new();
     headers.insert("authorization", "Bearer alice".parse().unwrap());
-    mrtr_gateway::downstream::http::principal(&PrincipalSource::Authorization, &headers)
+    mrtr_gateway::server::mcp::principal(&PrincipalSource::Authorization, &headers)
         .expect("one Authorization header")
 }
 
@@ -196,7 +196,7 @@ async fn forged_and_looping_hops_are_refused_and_reach_no_backend() {
     let ring = fleet.ring();
     let other = KeyRing::new(vec![Key::generate("k").unwrap().0]).unwrap();
     let sign = |ring: &KeyRing, to: &str, body: &[u8], at: u64| {
-        mrtr_gateway::fleet::sign(ring, to, "b", body, at)
+        mrtr_gateway::wire::hop::sign(ring, to, "b", body, at)
     };
     let before = a.backend_received().len();
     let mut altered = body.clone();
@@ -228,7 +228,7 @@ async fn forged_and_looping_hops_are_refused_and_reach_no_backend() {
             "MAC header missing",
             sign(&ring, "a", &body, now_ms())
                 .into_iter()
-                .filter(|(k, _)| *k != mrtr_gateway::fleet::HOP_MAC)
+                .filter(|(k, _)| *k != mrtr_gateway::wire::hop::MAC)
                 .collect(),
             body.clone(),
         ),

@@ -5,13 +5,14 @@
 //! parked it keeps listening to the backend, so an outcome reached meanwhile is kept for the
 //! retry, and at the park deadline it abandons the call explicitly.
 
+use super::forward;
 use super::park::{Door, Entry, Handle, Resume};
 use super::replay::{self, Match};
+use super::retry::{self, Decision, Retry, now_ms};
 use super::{
     Bridge, Reply, Request, backend_error, backend_failed, invalid_state, upstream_error,
     upstream_params,
 };
-use crate::fleet::{self, Route};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id, Raw};
 use crate::metrics::{AbandonReason, RetryReason, RetryResult, StateFailure};
 use crate::protocol::caps::Declared;
@@ -22,7 +23,7 @@ use crate::upstream::{CallEvent, Lease};
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -292,44 +293,44 @@ async fn resume(
             return;
         }
     };
-    // Calls parked on another replica are served there; replayed calls here.
-    match fleet::route(bridge, &req, state, hop) {
-        Route::Here => {}
-        Route::Refuse(failed) => {
+    let retry = Retry {
+        backend,
+        principal: &req.principal,
+        method: &req.method,
+        params: &req.params,
+        hop,
+    };
+    let (claims, handle) = match retry::decide(bridge, &retry, state) {
+        Decision::Resume { claims, handle } => (claims, handle),
+        Decision::Refuse(failed) => {
             tracing::debug!(check = failed.as_str(), "requestState refused");
             metrics.state_failure(failed);
             let _ = reply.send(refuse(invalid_state())).await;
             return;
         }
-        Route::Forward { owner, addr } => {
+        // Calls parked on another replica are served there; replayed calls here.
+        Decision::Forward { owner, addr } => {
             metrics.retry(RetryResult::Forwarded, RetryReason::None);
-            if let Err(e) =
-                Box::pin(fleet::forward(bridge, backend, &req, &owner, &addr, &reply)).await
+            if let Err(e) = Box::pin(forward::forward(
+                bridge, backend, &req, &owner, &addr, &reply,
+            ))
+            .await
             {
                 tracing::warn!(%owner, %addr, "retry for a call parked on another replica failed: {e}");
                 let _ = reply.send(refuse(invalid_state())).await;
             }
             return;
         }
-        Route::Replay(claims) => {
+        Decision::Replay { claims, transcript } => {
             Box::pin(super::replay::resume(
                 bridge.clone(),
                 backend,
                 req,
-                *claims,
+                (*claims, transcript),
                 responses,
                 reply,
             ))
             .await;
-            return;
-        }
-    }
-    let (claims, handle) = match check_state(bridge, backend, &req, state) {
-        Ok(found) => found,
-        Err(failed) => {
-            tracing::debug!(check = failed.as_str(), "requestState refused");
-            metrics.state_failure(failed);
-            let _ = reply.send(refuse(invalid_state())).await;
             return;
         }
     };
@@ -350,48 +351,6 @@ async fn resume(
         metrics.state_failure(StateFailure::StaleRound);
         let _ = reply.send(refuse(invalid_state())).await;
     }
-}
-
-/// Opens and checks a requestState. The caller learns which check failed, for the metric; the
-/// client gets the same error whatever it was.
-fn check_state(
-    bridge: &Bridge,
-    backend: usize,
-    req: &Request,
-    state: &str,
-) -> Result<(Claims, Handle), StateFailure> {
-    let claims = bridge
-        .keys
-        .open(state)
-        .map_err(|e| StateFailure::from(e.0))?;
-    if claims.owner != bridge.config.state.owner {
-        return Err(StateFailure::Owner);
-    }
-    if claims.principal != req.principal {
-        return Err(StateFailure::Principal);
-    }
-    if claims.request != Bridge::request_digest(&req.method, &req.params) {
-        return Err(StateFailure::Request);
-    }
-    if claims.expires_at_ms <= now_ms() {
-        return Err(StateFailure::Expired);
-    }
-    let handle = bridge
-        .parks
-        .get(&claims.park)
-        .ok_or(StateFailure::UnknownPark)?;
-    // The call is parked on another backend's endpoint: not the request it was issued for.
-    if handle.backend != backend {
-        return Err(StateFailure::Request);
-    }
-    Ok((claims, handle))
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl Task {

@@ -6,8 +6,10 @@
 //! final outcome. The downstream face turns that into JSON or SSE.
 
 mod call;
+mod forward;
 pub mod park;
 mod replay;
+mod retry;
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
@@ -26,12 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-/// What the client is told, in order: notifications, then the outcome.
-#[derive(Debug)]
-pub enum Reply {
-    Notification(Value),
-    Done(Result<jsonrpc::Payload, ErrorObject>),
-}
+pub use crate::wire::Reply;
 
 /// A request that passed the downstream checks.
 #[derive(Debug)]
@@ -73,6 +70,8 @@ pub struct Bridge {
     draining: AtomicBool,
     /// Tool annotations per (backend, principal), for the `auto` replay policy.
     pub(crate) annotations: replay::Annotations,
+    /// The client of the internal hop, for retries of calls parked on other replicas.
+    hop: upstream::h1::Client,
 }
 
 impl Bridge {
@@ -102,6 +101,7 @@ impl Bridge {
             .collect();
         Arc::new(Bridge {
             keys: config.state.keys.clone(),
+            hop: forward::client(&config),
             config,
             pools,
             parks: Arc::new(park::Registry::default()),

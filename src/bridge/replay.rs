@@ -12,13 +12,13 @@ use crate::config::Policy;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
 use crate::metrics::{RetryReason, RetryResult, StateFailure};
 use crate::protocol::input::{self, Kind};
-use crate::seal::{self, Claims, Digest, Turn};
+use crate::seal::{self, Claims, Digest, Transcript, Turn};
 use crate::upstream::{CallEvent, Session};
 use dashmap::DashMap;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -231,20 +231,13 @@ async fn fetch_annotations(
     Ok(tools)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Serves a retry whose state carries a transcript: checks it like any state, takes the new
-/// answers into the transcript, and runs the call again here.
+/// Serves a retry whose state carries a transcript (checked already, see `retry`): takes the
+/// new answers into the transcript, and runs the call again here.
 pub(super) async fn resume(
     bridge: Arc<Bridge>,
     backend: usize,
     req: Request,
-    claims: Claims,
+    (claims, transcript): (Claims, Transcript),
     mut responses: Map<String, Value>,
     reply: mpsc::Sender<Reply>,
 ) {
@@ -253,25 +246,6 @@ pub(super) async fn resume(
         metrics.state_failure(check);
         Reply::Done(Err(invalid_state()))
     };
-    let Some(transcript) = claims.replay else {
-        let _ = reply.send(failed(StateFailure::Malformed)).await;
-        return;
-    };
-    let check = if claims.expires_at_ms <= now_ms() {
-        Some(StateFailure::Expired)
-    } else if claims.principal != req.principal {
-        Some(StateFailure::Principal)
-    } else if claims.request != Bridge::request_digest(&req.method, &req.params)
-        || transcript.backend != bridge.config.backends[backend].path
-    {
-        Some(StateFailure::Request)
-    } else {
-        None
-    };
-    if let Some(check) = check {
-        let _ = reply.send(failed(check)).await;
-        return;
-    }
     let mut turns = transcript.turns;
     for turn in turns.iter_mut().filter(|t| t.answer.is_none()) {
         let Some(answer) = responses.remove(&turn.key) else {

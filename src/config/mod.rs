@@ -1,7 +1,10 @@
 //! Configuration: the TOML file (`raw`) checked once into a [`Config`] with every default filled
 //! in and every value in range. Code past this point never sees a loose option.
 
+mod address;
 pub mod raw;
+
+pub use address::parse_host_port;
 
 use crate::seal::{Key, KeyRing};
 use std::collections::BTreeMap;
@@ -999,7 +1002,7 @@ fn fleet(raw: &raw::Fleet, state_owner: Option<&str>) -> Result<Fleet, ConfigErr
                     "needs fleet.internal_listen (nothing would answer there)",
                 ));
             }
-            crate::fleet::parse_host_port(text).ok_or_else(|| {
+            parse_host_port(text).ok_or_else(|| {
                 bad(
                     "fleet.advertise",
                     format!("`{text}` is not host:port (a name or IP address, and a port)"),

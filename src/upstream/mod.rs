@@ -3,7 +3,7 @@
 //! (Streamable HTTP) or `http_sse` (2024-11-05 HTTP+SSE); [`pool`] leases sessions keyed by
 //! (principal, capability set) with at most one interactive call per session.
 
-mod h1;
+pub(crate) mod h1;
 pub mod http;
 mod http_sse;
 pub mod pool;

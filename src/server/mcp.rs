@@ -4,10 +4,12 @@
 //! stream when notifications come before the result. Dropping the response stream (the client
 //! closed it) drops the reply receiver, which cancels the call.
 
+use super::Body;
+use super::listener::{BodyError, read_body};
+use super::respond::{self, Refusal};
 use crate::bridge::{self, Bridge, Reply};
 use crate::config::PrincipalSource;
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message, Payload};
-use crate::listener::{BodyError, read_body};
 use crate::metrics::{self, Metrics, Outcome};
 use crate::protocol::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::protocol::meta::RequestMeta;
@@ -16,44 +18,9 @@ use crate::seal::{self, Digest};
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::sync::Arc;
-
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// A refusal: the HTTP status and the JSON-RPC error that explains it.
-struct Refusal {
-    status: StatusCode,
-    id: Option<Id>,
-    error: ErrorObject,
-    /// For the request counter; `other` until the body's method is known.
-    method: metrics::Method,
-}
-
-impl Refusal {
-    fn new(status: StatusCode, id: Option<&Id>, code: i64, message: impl Into<String>) -> Refusal {
-        Refusal {
-            status,
-            id: id.cloned(),
-            error: ErrorObject::new(code, message),
-            method: metrics::Method::Other,
-        }
-    }
-
-    fn with_data(mut self, data: Value) -> Refusal {
-        self.error = self.error.with_data(data);
-        self
-    }
-
-    fn of(mut self, method: metrics::Method) -> Refusal {
-        self.method = method;
-        self
-    }
-}
 
 /// Serves one HTTP request.
 pub async fn serve(bridge: Arc<Bridge>, req: hyper::Request<Incoming>) -> hyper::Response<Body> {
@@ -61,7 +28,7 @@ pub async fn serve(bridge: Arc<Bridge>, req: hyper::Request<Incoming>) -> hyper:
         Ok(resp) => resp,
         Err(r) => {
             bridge.metrics().request(r.method, Outcome::Refused);
-            json_response(r.status, &jsonrpc::response(r.id.as_ref(), Err(r.error)))
+            r.into_response()
         }
     }
 }
@@ -84,16 +51,13 @@ async fn handle(
         bridge
             .metrics()
             .request(metrics::Method::Other, Outcome::Refused);
-        let mut resp = json_response(
+        let mut resp = Refusal::new(
             StatusCode::METHOD_NOT_ALLOWED,
-            &jsonrpc::response(
-                None,
-                Err(ErrorObject::new(
-                    jsonrpc::INVALID_REQUEST,
-                    "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
-                )),
-            ),
-        );
+            None,
+            jsonrpc::INVALID_REQUEST,
+            "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
+        )
+        .into_response();
         resp.headers_mut()
             .insert(header::ALLOW, http::HeaderValue::from_static("POST"));
         return Ok(resp);
@@ -134,10 +98,7 @@ async fn handle(
         Message::Request { id, method, params } => (id, method, params),
         Message::Notification { .. } => {
             // 2026-07-28 defines no client notifications over HTTP; accepting them is harmless.
-            return Ok(hyper::Response::builder()
-                .status(StatusCode::ACCEPTED)
-                .body(empty())
-                .expect("valid response"));
+            return Ok(respond::empty(StatusCode::ACCEPTED));
         }
         Message::Response { id, .. } => {
             return Err(Refusal::new(
@@ -443,18 +404,6 @@ pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Result<Digest
 static ANONYMOUS: std::sync::LazyLock<Digest> =
     std::sync::LazyLock::new(|| seal::digest(b"anonymous"));
 
-/// The HTTP status of an outcome sent as JSON. 2026-07-28 gives two errors a status of their
-/// own, whoever raised them (the gateway or the backend): a missing client capability (-32021)
-/// is 400, a method not implemented (-32601) is 404. Anything else is 200. An outcome after
-/// notifications goes at the end of an event stream whose status was sent with its first event.
-fn status_of(outcome: &Result<jsonrpc::Payload, ErrorObject>) -> StatusCode {
-    match outcome {
-        Err(e) if e.code == jsonrpc::MISSING_CLIENT_CAPABILITY => StatusCode::BAD_REQUEST,
-        Err(e) if e.code == jsonrpc::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-        _ => StatusCode::OK,
-    }
-}
-
 /// Waits for the first reply: a result goes out as JSON; a notification first opens SSE.
 async fn reply(
     id: Id,
@@ -464,8 +413,7 @@ async fn reply(
     match rx.recv().await {
         Some(Reply::Done(outcome)) => {
             tally.outcome(&outcome);
-            let status = status_of(&outcome);
-            bytes_response(status, jsonrpc::response_text(Some(&id), &outcome))
+            respond::outcome(&id, &outcome)
         }
         None => {
             let outcome = Err(ErrorObject::new(
@@ -473,7 +421,7 @@ async fn reply(
                 "the request ended without a result",
             ));
             tally.outcome(&outcome);
-            bytes_response(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
+            respond::bytes(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
         }
         Some(Reply::Notification(first)) => {
             let stream = futures_util::stream::unfold(
@@ -504,39 +452,13 @@ async fn reply(
                     }
                 },
             );
-            hyper::Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "text/event-stream")
-                .header(header::CACHE_CONTROL, "no-cache")
-                .header("x-accel-buffering", "no")
-                .body(BodyExt::boxed_unsync(StreamBody::new(stream)))
-                .expect("valid response")
+            respond::event_stream(stream)
         }
     }
 }
 
 fn sse_event(msg: &Value) -> Bytes {
     Bytes::from(crate::sse::encode("message", msg))
-}
-
-fn json_response(status: StatusCode, body: &Value) -> hyper::Response<Body> {
-    bytes_response(
-        status,
-        serde_json::to_vec(body).expect("JSON values serialize"),
-    )
-}
-
-/// A JSON body already written.
-fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> hyper::Response<Body> {
-    hyper::Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(BodyExt::boxed_unsync(Full::new(Bytes::from(bytes))))
-        .expect("valid response")
-}
-
-fn empty() -> Body {
-    BodyExt::boxed_unsync(Full::new(Bytes::new()))
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@
 //!
 //! It keeps serving while the gateway drains and stops last.
 
+use super::Body;
+use super::listener::{self, Limits};
+use super::respond::text;
 use crate::bridge::Bridge;
-use crate::downstream::http::Body;
-use bytes::Bytes;
 use http::{Method, StatusCode, header};
-use http_body_util::{BodyExt, Full};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,14 +60,6 @@ impl Admin {
     }
 }
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> hyper::Response<Body> {
-    hyper::Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(BodyExt::boxed_unsync(Full::new(body.into())))
-        .expect("valid response")
-}
-
 /// Serves admin requests until `stop`, with at most `max_connections` open at once.
 pub async fn serve(
     listener: TcpListener,
@@ -75,13 +67,13 @@ pub async fn serve(
     stop: CancellationToken,
     max_connections: usize,
 ) {
-    let limits = crate::listener::Limits {
+    let limits = Limits {
         name: "admin",
         max_connections,
         header_read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
     };
-    let connections = crate::listener::serve(listener, limits, stop, move |req, _| {
+    let connections = listener::serve(listener, limits, stop, move |req, _| {
         admin
             .clone()
             .respond(req.method().clone(), req.uri().path().to_owned())

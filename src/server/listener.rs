@@ -5,7 +5,7 @@
 //! Each connection runs on a shard ([`crate::shard`]) as an [`Inline`](crate::wake::Inline) task:
 //! the hand-overs between its halves do not go through the runtime's queue.
 
-use crate::downstream::http::Body;
+use super::Body;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
