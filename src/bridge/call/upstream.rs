@@ -1,0 +1,269 @@
+//! The upstream side of a call: following the backend's events until it answers or asks,
+//! what it says while the call is parked, issuing the call again, shaping its outcome, and
+//! abandoning it (answering its open requests and cancelling it upstream).
+
+use super::{CANCEL_GRACE, Params, Step, Task};
+use crate::bridge::{Bridge, Reply, Request, backend_error, backend_failed, upstream_error};
+use crate::jsonrpc::{self, ErrorObject, Raw};
+use crate::protocol::caps::Declared;
+use crate::protocol::input::{self, Kind};
+use crate::protocol::meta::{self};
+use crate::seal::Digest;
+use crate::upstream::CallEvent;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+impl Task {
+    /// Follows the upstream call until it finishes or asks for input.
+    pub(super) async fn drive(&mut self, reply: &mpsc::Sender<Reply>) -> Step {
+        // Requests that arrived while parked, or answers still missing, go out at once.
+        if !self.pending.is_empty() {
+            return Step::Park;
+        }
+        let timeout = tokio::time::sleep(self.bridge.config.limits.request_timeout);
+        tokio::pin!(timeout);
+        let mut coalesce: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = reply.closed() => return Step::ClientGone,
+                _ = async { tokio::time::sleep_until(coalesce.expect("guarded")).await }, if coalesce.is_some() => return Step::Park,
+                _ = &mut timeout => {
+                    self.cancel_upstream("the call took too long").await;
+                    self.lease.retire();
+                    return Step::Done(Err(upstream_error(&crate::upstream::Error::Timeout(self.lease.session().backend().to_owned()))));
+                }
+                event = self.call.events.recv() => match event {
+                    Some(CallEvent::Response(outcome)) => {
+                        self.bridge.metrics.upstream_duration(self.lease.session().backend(), self.backend_time());
+                        return self.answered(outcome);
+                    }
+                    Some(CallEvent::Unsent(reason)) if (self.round == 0 || self.replay.is_some()) && !self.resent => {
+                        // The backend's session was gone before it saw the request: once, on a new
+                        // one (a replayed call starts over anyway).
+                        tracing::info!(backend = %self.lease.session().backend(), "{reason}; sending the call on a new session");
+                        self.resent = true;
+                        if let Err(e) = Box::pin(self.issue_again()).await {
+                            return Step::Done(Err(e));
+                        }
+                    }
+                    Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
+                        return Step::Done(Err(backend_failed(self.lease.session().backend(), " during the call", &reason)));
+                    }
+                    None => {
+                        return Step::Done(Err(backend_failed(self.lease.session().backend(), " during the call", "session ended")));
+                    }
+                    Some(CallEvent::Notification { method, params }) => {
+                        if let Some(note) = self.downstream_notification(method, params)
+                            && let Err(mpsc::error::TrySendError::Full(_)) = reply.try_send(Reply::Notification(note))
+                        {
+                            // Waiting for a client that is not reading would stop this call, and
+                            // every call on its session, from reading the backend: drop the note.
+                            tracing::debug!("client is not reading its stream; notification dropped");
+                        }
+                    }
+                    Some(CallEvent::ServerRequest { id, method, params }) => {
+                        let id = match self.answer_from_transcript(id, &method, params.as_ref()).await {
+                            Ok(Some(id)) => id,
+                            Ok(None) => {
+                                if !self.pending.is_empty() && coalesce.is_none() {
+                                    coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
+                                }
+                                continue;
+                            }
+                            Err(e) => return Step::Refused(e),
+                        };
+                        if self.ask(id, &method, params).await && coalesce.is_none() {
+                            coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Backend activity while the client is away.
+    pub(super) async fn while_parked(&mut self, event: Option<CallEvent>) {
+        match event {
+            Some(CallEvent::ServerRequest { id, method, params }) => {
+                self.ask(id, &method, params).await;
+            }
+            Some(CallEvent::Response(outcome)) => {
+                self.bridge
+                    .metrics
+                    .upstream_duration(self.lease.session().backend(), self.backend_time());
+                self.outcome = Some(outcome);
+            }
+            Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
+                self.outcome = Some(Err(backend_failed(
+                    self.lease.session().backend(),
+                    " while the call waited for input",
+                    &reason,
+                )));
+                // Nothing more goes upstream for this call: its slot is not held until the
+                // client comes back (or the park expires), which would keep others waiting.
+                self.lease.give_back_retired();
+            }
+            None => {
+                self.outcome = Some(Err(backend_failed(
+                    self.lease.session().backend(),
+                    " while the call waited for input",
+                    "its session ended",
+                )));
+                self.lease.give_back_retired();
+            }
+            Some(CallEvent::Notification { .. }) => {}
+        }
+    }
+
+    /// The backend's answer to the call: -32042 asks for URL elicitations (a further round),
+    /// anything else ends the call.
+    pub(super) fn answered(&mut self, outcome: Result<Raw, ErrorObject>) -> Step {
+        match outcome {
+            Err(e) if e.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED => self.url_required(&e),
+            outcome => Step::Done(outcome.map_err(backend_error)),
+        }
+    }
+
+    /// The call's last reply: the backend's outcome as a 2026-07-28 one (`retry`: it answers a
+    /// retry, so it is not cacheable).
+    pub(super) fn finished(&self, retry: bool, outcome: Result<Raw, ErrorObject>) -> Reply {
+        Reply::Done(
+            self.bridge
+                .finish(self.lease.session(), &self.method, retry, outcome),
+        )
+    }
+
+    /// Time the backend has spent on the current upstream request, leaving out time parked.
+    pub(super) fn backend_time(&self) -> Duration {
+        let mut t = self.sent.elapsed().saturating_sub(self.parked_for);
+        if let Some(since) = self.parked_since {
+            t = t.saturating_sub(since.elapsed());
+        }
+        t
+    }
+
+    /// A backend notification as the client should see it, if it should see it at all.
+    pub(super) fn downstream_notification(
+        &self,
+        method: String,
+        params: Option<Value>,
+    ) -> Option<Value> {
+        let mut params = params.unwrap_or_else(|| json!({}));
+        match method.as_str() {
+            "notifications/progress" => {
+                let token = self.meta.progress_token.clone()?;
+                params["progressToken"] = token;
+            }
+            "notifications/message" => {
+                // Only at or above the level the request asked for; a level the backend made up
+                // is passed on.
+                let wanted = self.meta.log_level.as_deref().and_then(meta::severity)?;
+                let level = params.get("level").and_then(Value::as_str);
+                if level.and_then(meta::severity).is_some_and(|l| l < wanted) {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+        Some(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    }
+
+    pub(super) async fn cancel_upstream(&mut self, reason: &str) {
+        let params = json!({"requestId": self.call.id, "reason": reason});
+        let _ = self
+            .lease
+            .session()
+            .notify("notifications/cancelled", Some(params))
+            .await;
+    }
+
+    /// Ends a call the client will not finish: the backend's open requests are answered as the
+    /// client never would, the call is cancelled upstream, and the session is released only once
+    /// the backend has let go of it.
+    pub(super) async fn abandon(mut self, reason: &str) {
+        for (_, pending) in std::mem::take(&mut self.pending) {
+            if let Some(id) = pending.upstream {
+                let _ = self
+                    .lease
+                    .session()
+                    .respond(id, input::abandoned_answer(pending.kind))
+                    .await;
+            }
+        }
+        if self.outcome.is_some() || self.reissue {
+            return; // the upstream call already ended
+        }
+        self.cancel_upstream(reason).await;
+        // A stream let go while parked is picked up again to see the backend let go of the call.
+        self.call.events.resume();
+        let grace = tokio::time::sleep(CANCEL_GRACE);
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                _ = &mut grace => {
+                    tracing::info!(backend = %self.lease.session().backend(), "backend kept a cancelled call; its session is closed");
+                    self.lease.session().forget(self.call.id.clone());
+                    self.lease.retire();
+                    return;
+                }
+                event = self.call.events.recv() => match event {
+                    Some(CallEvent::ServerRequest { id, method, .. }) => {
+                        let answer = Kind::from_method(&method).map(input::abandoned_answer).unwrap_or_else(|| Err(ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, "not supported")));
+                        let _ = self.lease.session().respond(id, answer).await;
+                    }
+                    Some(CallEvent::Notification { .. }) => {}
+                    Some(CallEvent::Response(_) | CallEvent::Closed(_) | CallEvent::Unsent(_)) | None => return,
+                }
+            }
+        }
+    }
+
+    /// Sends the call again on a fresh session of the same backend.
+    pub(super) async fn issue_again(&mut self) -> Result<(), ErrorObject> {
+        let req = Request {
+            method: self.method.clone(),
+            params: self.params()?,
+            meta: self.meta.clone(),
+            principal: self.principal,
+            authorization: self.authorization.clone(),
+        };
+        let interactive = Declared::from_modern(&req.meta.capabilities).is_interactive();
+        let (lease, call) = self.bridge.issue(self.backend, &req, interactive).await?;
+        self.lease = lease;
+        self.call = call;
+        Ok(())
+    }
+
+    /// The client's params (read back from their text once the call has asked for input).
+    pub(super) fn params(&self) -> Result<Map<String, Value>, ErrorObject> {
+        match &self.params {
+            Params::Parsed(params) => Ok(params.clone()),
+            Params::Text { text, .. } => serde_json::from_str(text).map_err(|e| {
+                ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    format!("the call's params could not be read back: {e}"),
+                )
+            }),
+        }
+    }
+
+    /// The digest a requestState of this call is bound to. Computed when the call first asks
+    /// for input, which is also when its params are put away as text.
+    pub(super) fn request_digest(&mut self) -> Digest {
+        let (text, digest) = match &mut self.params {
+            Params::Text { digest, .. } => return *digest,
+            Params::Parsed(params) => {
+                let digest = Bridge::request_digest(&self.method, params);
+                (Value::Object(std::mem::take(params)).to_string(), digest)
+            }
+        };
+        self.params = Params::Text {
+            text: text.into_boxed_str(),
+            digest,
+        };
+        digest
+    }
+}
