@@ -9,6 +9,7 @@
 //! back as SSE. Replay-mode states are never forwarded: any replica runs them.
 
 use crate::bridge::{self, Bridge, Reply, Request};
+use crate::config::parse_host_port;
 use crate::jsonrpc::{self, ErrorObject};
 use crate::metrics::StateFailure;
 use crate::protocol::{self, meta::RequestMeta};
@@ -23,7 +24,6 @@ use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
@@ -134,35 +134,6 @@ pub(crate) fn route(bridge: &Bridge, req: &Request, state: &str, hop: bool) -> R
             Route::Refuse(StateFailure::Owner)
         }
     }
-}
-
-/// Parses `host:port` (an IPv4 address, `[IPv6]`, or a DNS name; port 1..65535). Anything
-/// else is refused, so nothing but a plain address is ever dialled.
-pub fn parse_host_port(text: &str) -> Option<(String, u16)> {
-    let (host, port) = text.rsplit_once(':')?;
-    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
-    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        let ip: Ipv6Addr = v6.parse().ok()?;
-        return Some((ip.to_string(), port));
-    }
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return ip.is_ipv4().then(|| (ip.to_string(), port));
-    }
-    let name_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-    name_ok.then(|| (host.to_ascii_lowercase(), port))
 }
 
 fn now_ms() -> u64 {
@@ -529,39 +500,6 @@ async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_plain_host_port_addresses_are_dialled() {
-        assert_eq!(
-            parse_host_port("10.0.0.7:8081"),
-            Some(("10.0.0.7".into(), 8081))
-        );
-        assert_eq!(parse_host_port("[::1]:9"), Some(("::1".into(), 9)));
-        assert_eq!(
-            parse_host_port("Pod-1.gw.svc:80"),
-            Some(("pod-1.gw.svc".into(), 80))
-        );
-        for bad in [
-            "",
-            ":80",
-            "h",
-            "h:",
-            "h:0",
-            "h:65536",
-            "h:+80",
-            "::1:80",
-            "a b:1",
-            "h/x:1",
-            "-h:1",
-            "h..x:1",
-            "user@h:1",
-            "http://h:1",
-            "h:1/path",
-            "[zz]:1",
-        ] {
-            assert_eq!(parse_host_port(bad), None, "{bad}");
-        }
-    }
 
     fn head(headers: &[(&'static str, String)]) -> http::request::Parts {
         let mut req = http::Request::post(HOP_PATH);
