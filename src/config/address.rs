@@ -1,4 +1,6 @@
-//! Addresses the gateway dials that come from configuration or from a sealed state.
+//! The `host:port` form of an address another replica is dialled at: checked here when
+//! `fleet.advertise` is loaded, and again by the hop (`crate::fleet`) before it dials a
+//! requestState's owner, so both accept exactly the same addresses.
 
 use std::net::{IpAddr, Ipv6Addr};
 

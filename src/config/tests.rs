@@ -1,0 +1,162 @@
+//! Whole configs through `Config::parse`: the defaults, errors that name their field, the
+//! `[fleet]` section and keys from the environment. The `[[backend]]` tables are tested in
+//! `backend`, their TLS files in `tls`.
+
+mod backend;
+mod tls;
+
+use super::{Config, Policy, PrincipalSource};
+use crate::seal::Key;
+use std::time::Duration;
+
+const MINIMAL: &str = "[[backend]]\nname = \"b\"\ncommand = \"server\"\n";
+
+#[test]
+fn a_minimal_config_gets_safe_defaults() {
+    let c = Config::parse(MINIMAL, None).unwrap();
+    assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.backends[0].path, "/mcp");
+    assert_eq!(c.limits.max_body_bytes, 1 << 20);
+    assert!(c.state.ephemeral);
+    assert_eq!(c.principal, PrincipalSource::Authorization);
+    assert_eq!(c.admin.listen, None, "no admin listener unless asked for");
+    assert_eq!(c.server.header_timeout, Duration::from_secs(30));
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(c.server.worker_threads, cpus, "one worker per usable CPU");
+    let one = Config::parse(&format!("[server]\nworker_threads = 1\n{MINIMAL}"), None);
+    assert_eq!(one.unwrap().server.worker_threads, 1);
+    let c = Config::parse(
+        &format!("[admin]\nlisten = \"127.0.0.1:9090\"\n{MINIMAL}"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
+    assert!(
+        c.backends[0].server_info,
+        "results carry serverInfo unless told not to"
+    );
+    assert!(!c.describe().contains("serverInfo"));
+    let off = Config::parse(&format!("{MINIMAL}server_info = false\n"), None).unwrap();
+    assert!(!off.backends[0].server_info);
+    assert!(off.describe().contains("serverInfo not passed on"));
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases = [
+        ("[server]\nlisten = \"nope\"\n", "server.listen"),
+        ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
+        ("[principal]\nsource = \"header\"\n", "principal.header"),
+        ("[state]\npark_ttl = \"0s\"\n", "state.park_ttl"),
+        ("[admin]\nlisten = \"9090\"\n", "admin.listen"),
+        ("[server]\nworker_threads = 0\n", "server.worker_threads"),
+        (
+            "[server]\nheader_timeout = \"0s\"\n",
+            "server.header_timeout",
+        ),
+        (
+            "[server]\nworker_threads = 100000\n",
+            "server.worker_threads",
+        ),
+        (
+            "[state]\nkeys = [{ id = \"k\", secret = \"short\" }]\n",
+            "state.keys[0]",
+        ),
+        // A misspelt level would turn every log of the gateway off.
+        ("[log]\nlevel = \"verbose\"\n", "log.level"),
+        ("[log]\nlevel = \"info,hyper\"\n", "log.level"),
+        ("[log]\nlevel = \"mrtr_gateway=loud\"\n", "log.level"),
+    ];
+    for (text, field) in cases {
+        let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
+        assert_eq!(err.field, field, "{text}: {err}");
+    }
+    for level in ["debug", "WARN", "mrtr_gateway=debug,warn", "off"] {
+        let c = Config::parse(&format!("[log]\nlevel = \"{level}\"\n{MINIMAL}"), None);
+        assert_eq!(c.expect(level).log.level, level);
+    }
+    let err = Config::parse("", None).unwrap_err();
+    assert_eq!(err.field, "backend");
+    let err = Config::parse("[server]\nlisten2 = 1\n", None).unwrap_err();
+    assert!(err.reason.contains("listen2"), "{err}");
+    let err = Config::parse(&format!("[admin]\nport = 1\n{MINIMAL}"), None).unwrap_err();
+    assert!(err.reason.contains("port"), "{err}");
+}
+
+#[test]
+fn fleet_settings_are_checked_and_state_owner_still_names_the_replica() {
+    let c = Config::parse(&format!("[state]\nowner = \"a\"\n{MINIMAL}"), None).unwrap();
+    assert_eq!(c.fleet.replica_id, "a");
+    assert_eq!(c.state.owner, "a");
+    assert!(c.fleet.internal_listen.is_none());
+    assert_eq!(c.backends[0].replay.default, Policy::Hold);
+    let c = Config::parse(
+        "[fleet]\nreplica_id = \"pod-1\"\ninternal_listen = \"0.0.0.0:8081\"\nadvertise = \"10.0.0.7:8081\"\n[[backend]]\nname = \"b\"\ncommand = \"s\"\nreplay = \"auto\"\nreplay_tools = { pay = \"hold\", get = \"replay\" }\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.state.owner, "pod-1");
+    assert_eq!(c.fleet.advertise.as_deref(), Some("10.0.0.7:8081"));
+    assert!(c.describe().contains("forward timeout   70s\n"));
+    let short = Config::parse(
+        "[fleet]\ninternal_listen = \"127.0.0.1:8081\"\nforward_timeout = \"30s\"\n[[backend]]\nname = \"b\"\ncommand = \"s\"\n",
+        None,
+    )
+    .unwrap();
+    assert!(
+        short
+            .describe()
+            .contains("forward timeout   30s (not above limits.request_timeout")
+    );
+    let r = &c.backends[0].replay;
+    assert_eq!(r.for_request("tools/call", Some("pay")), Policy::Hold);
+    assert_eq!(r.for_request("tools/call", Some("get")), Policy::Replay);
+    assert_eq!(r.for_request("tools/call", Some("other")), Policy::Auto);
+    assert_eq!(r.for_request("prompts/get", Some("greet")), Policy::Hold);
+    let cases = [
+        ("[fleet]\nreplica_id = \"a b\"\n", "fleet.replica_id"),
+        (
+            "[state]\nowner = \"a\"\n[fleet]\nreplica_id = \"b\"\n",
+            "fleet.replica_id",
+        ),
+        (
+            "[fleet]\ninternal_listen = \"x\"\n",
+            "fleet.internal_listen",
+        ),
+        (
+            "[fleet]\ninternal_listen = \"0.0.0.0:1\"\n",
+            "fleet.advertise",
+        ),
+        ("[fleet]\nadvertise = \"h:1\"\n", "fleet.advertise"),
+        (
+            "[fleet]\ninternal_listen = \"127.0.0.1:1\"\nadvertise = \"h:99999\"\n",
+            "fleet.advertise",
+        ),
+        (
+            "[fleet]\nforward_timeout = \"1ms\"\n",
+            "fleet.forward_timeout",
+        ),
+        (
+            "[fleet]\nmax_transcript_bytes = 0\n",
+            "fleet.max_transcript_bytes",
+        ),
+        ("[fleet]\ndrain = \"1s\"\n", "config, line 2"),
+    ];
+    for (text, field) in cases {
+        let err = Config::parse(&format!("{text}{MINIMAL}"), None).unwrap_err();
+        assert_eq!(err.field, field, "{text}: {err}");
+    }
+    let err = Config::parse(&format!("{MINIMAL}replay = \"sometimes\"\n"), None).unwrap_err();
+    assert_eq!(err.field, "backend[0].replay");
+    let err =
+        Config::parse(&format!("{MINIMAL}replay_tools = {{ t = \"x\" }}\n"), None).unwrap_err();
+    assert_eq!(err.field, "backend[0].replay_tools.t");
+}
+
+#[test]
+fn environment_keys_override_the_file() {
+    let (_, secret) = Key::generate("envk").unwrap();
+    let c = Config::parse(MINIMAL, Some(&format!("envk:{secret}"))).unwrap();
+    assert!(!c.state.ephemeral);
+    assert_eq!(c.state.keys.sealing_key_id(), "envk");
+}

@@ -1,0 +1,150 @@
+//! `[[backend]]` tables: each kind's settings checked, defaulted, and refused on another kind.
+
+use crate::config::{Authorization, Config, Transport};
+use std::time::Duration;
+
+#[test]
+fn http_backends_are_checked_field_by_field() {
+    let http = |extra: &str| {
+        Config::parse(
+            &format!("[[backend]]\nname = \"h\"\nkind = \"http\"\n{extra}"),
+            None,
+        )
+    };
+    let ok = http("url = \"https://mcp.internal:8443/mcp\"\nheaders = { \"X-Team\" = \"a\" }\n")
+        .unwrap();
+    let Transport::Http(h) = &ok.backends[0].transport else {
+        panic!("an http backend")
+    };
+    assert_eq!(h.authorization, Authorization::Drop);
+    assert_eq!(h.connect_timeout, Duration::from_secs(5));
+    assert_eq!(h.max_response_head_bytes, 4096);
+    assert_eq!(h.headers["x-team"], "a");
+    let cases = [
+        ("", "backend[0].url"),
+        ("url = \"ftp://x/y\"\n", "backend[0].url"),
+        (
+            "url = \"http://x/mcp\"\ncommand = \"srv\"\n",
+            "backend[0].command",
+        ),
+        (
+            "url = \"http://x/mcp\"\nheaders = { \"Mcp-Session-Id\" = \"s\" }\n",
+            "backend[0].headers",
+        ),
+        (
+            "url = \"http://x/mcp\"\nauthorization = \"replace\"\n",
+            "backend[0].authorization_value",
+        ),
+        (
+            "url = \"http://x/mcp\"\nauthorization = \"forward\"\n",
+            "backend[0].authorization",
+        ),
+        (
+            "url = \"http://x/mcp\"\nconnect_timeout = \"0s\"\n",
+            "backend[0].connect_timeout",
+        ),
+        (
+            "url = \"http://x/mcp\"\nmax_response_head_bytes = 512\n",
+            "backend[0].max_response_head_bytes",
+        ),
+        (
+            "url = \"http://x/mcp\"\nmax_response_head_bytes = 2097152\n",
+            "backend[0].max_response_head_bytes",
+        ),
+        (
+            "url = \"http://x/mcp\"\nidle_timeout = \"0s\"\n",
+            "backend[0].idle_timeout",
+        ),
+    ];
+    for (extra, field) in cases {
+        assert_eq!(http(extra).unwrap_err().field, field, "{extra}");
+    }
+    // A credential in the URL would not be sent, and is not repeated back.
+    let err = http("url = \"http://user:pa55@x/mcp\"\n").unwrap_err();
+    assert_eq!(err.field, "backend[0].url");
+    assert!(!err.to_string().contains("pa55"), "{err}");
+    let err = Config::parse(
+        "[principal]\nsource = \"anonymous\"\n[[backend]]\nname = \"h\"\nkind = \"sse\"\nurl = \"http://x/sse\"\nauthorization = \"pass\"\n",
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.field, "backend[0].authorization");
+    let err = Config::parse(
+        "[[backend]]\nname = \"s\"\ncommand = \"srv\"\nurl = \"http://x/mcp\"\n",
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.field, "backend[0].url");
+}
+
+#[test]
+fn stdio_limits_have_defaults_bounds_and_belong_to_stdio_backends() {
+    let parse = |extra: &str| {
+        Config::parse(
+            &format!("[[backend]]\nname = \"s\"\ncommand = \"srv\"\n{extra}"),
+            None,
+        )
+    };
+    let stdio = |c: &Config| match &c.backends[0].transport {
+        Transport::Stdio(t) => (t.max_stderr_line_bytes, t.write_queue),
+        other => panic!("a stdio backend, not {other:?}"),
+    };
+    assert_eq!(stdio(&parse("").unwrap()), (16 * 1024, 32));
+    let set = parse("max_stderr_line_bytes = 1024\nwrite_queue = 4\n").unwrap();
+    assert_eq!(stdio(&set), (1024, 4));
+    for (extra, field) in [
+        (
+            "max_stderr_line_bytes = 10\n",
+            "backend[0].max_stderr_line_bytes",
+        ),
+        (
+            "max_stderr_line_bytes = 2097152\n",
+            "backend[0].max_stderr_line_bytes",
+        ),
+        ("write_queue = 0\n", "backend[0].write_queue"),
+        ("write_queue = 5000\n", "backend[0].write_queue"),
+        // Streams are an http backend's.
+        (
+            "standalone_stream = false\n",
+            "backend[0].standalone_stream",
+        ),
+        (
+            "release_parked_streams = false\n",
+            "backend[0].release_parked_streams",
+        ),
+    ] {
+        assert_eq!(parse(extra).unwrap_err().field, field, "{extra}");
+    }
+    let err = Config::parse(
+        "[[backend]]\nname = \"h\"\nkind = \"http\"\nurl = \"http://x/mcp\"\nwrite_queue = 8\n",
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.field, "backend[0].command");
+    assert!(err.reason.contains("write_queue"), "{err}");
+}
+
+#[test]
+fn builtin_settings_are_checked_and_only_for_builtin_backends() {
+    let parse = |extra: &str| Config::parse(&format!("[[backend]]\nname = \"b\"\n{extra}"), None);
+    let ok = parse(
+        "kind = \"builtin\"\nbuiltin_protocol = \"2025-06-18\"\nbuiltin_roots_on_init = true\n",
+    )
+    .unwrap();
+    let Transport::Builtin(o) = &ok.backends[0].transport else {
+        panic!("a builtin backend")
+    };
+    assert_eq!(o.protocol.as_deref(), Some("2025-06-18"));
+    assert!(o.roots_on_init);
+    for extra in [
+        "kind = \"builtin\"\nbuiltin_protocol = \"bogus\"\n",
+        "command = \"srv\"\nbuiltin_protocol = \"2025-06-18\"\n",
+        "command = \"srv\"\nbuiltin_roots_on_init = true\n",
+    ] {
+        assert_eq!(
+            parse(extra).unwrap_err().field,
+            "backend[0].builtin_protocol",
+            "{extra}"
+        );
+    }
+}
