@@ -6,6 +6,8 @@
 //! final outcome. The downstream face turns that into JSON or SSE.
 
 mod call;
+#[cfg(test)]
+mod call_tests;
 pub mod park;
 mod replay;
 
