@@ -8,6 +8,8 @@
 mod inputs;
 mod resume;
 mod rounds;
+#[cfg(test)]
+mod tests;
 mod upstream;
 
 use super::park::Resume;
