@@ -37,13 +37,14 @@ async fn asked_again(c: &Client, args: &Value) -> (String, Reply) {
     (key, r2)
 }
 
-/// The README's metrics table against what `/metrics` declares (`# TYPE name kind`), both ways.
+/// The metrics table of docs/operations.md against what `/metrics` declares (`# TYPE name kind`),
+/// both ways.
 /// A family is declared once it has a series, so this runs after a script that moves them all.
-async fn assert_the_readme_names_every_metric_and_only_those(gw: &Gateway) {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+async fn assert_the_docs_name_every_metric_and_only_those(gw: &Gateway) {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("docs/operations.md");
     // Code spans that are a bare metric name.
-    let documented: std::collections::BTreeSet<&str> = readme
+    let documented: std::collections::BTreeSet<&str> = docs
         .split('`')
         .skip(1)
         .step_by(2)
@@ -60,12 +61,12 @@ async fn assert_the_readme_names_every_metric_and_only_those(gw: &Gateway) {
     let undocumented: Vec<_> = exported.difference(&documented).collect();
     assert!(
         undocumented.is_empty(),
-        "exported but not in README: {undocumented:?}"
+        "exported but not in docs/operations.md: {undocumented:?}"
     );
     let unknown: Vec<_> = documented.difference(&exported).collect();
     assert!(
         unknown.is_empty(),
-        "in README but not exported: {unknown:?}"
+        "in docs/operations.md but not exported: {unknown:?}"
     );
 }
 
@@ -263,7 +264,7 @@ async fn metrics_move_exactly_over_a_scripted_run() {
     assert_eq!(sessions("interactive"), 0.0);
     assert_eq!(sessions("shared"), 0.0);
     assert_eq!(sessions("starting"), 0.0);
-    assert_the_readme_names_every_metric_and_only_those(&gw).await;
+    assert_the_docs_name_every_metric_and_only_those(&gw).await;
     gw.stop().await;
 }
 
