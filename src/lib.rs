@@ -24,8 +24,9 @@
 //! crypto), [`sse`], [`metrics`] (typed Prometheus metrics), [`admin`] (the `/metrics`,
 //! `/healthz`, `/readyz` listener), [`listener`] (the one accept loop), [`shard`] (the threads
 //! that serve connections, each with a runtime of its own), [`wake`] (tasks polled again when
-//! they wake themselves), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the `health`
-//! command), and [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
+//! they wake themselves), [`app`] (wiring, drain and shutdown), [`cli`], and [`probe`] (the
+//! `health` command). The built-in legacy server used by `demo`, the `builtin` transport and the
+//! tests is the `mrtr_fixture` crate (`fixtures/legacy-server`).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -36,7 +37,6 @@ pub mod config;
 pub mod downstream;
 pub mod fleet;
 pub mod jsonrpc;
-pub mod legacy_server;
 pub mod listener;
 pub mod metrics;
 pub mod probe;

@@ -221,7 +221,7 @@ pub struct Backend {
 pub enum Transport {
     Stdio(Stdio),
     /// The built-in legacy server, run inside this process over in-memory pipes.
-    Builtin(crate::legacy_server::Options),
+    Builtin(mrtr_fixture::Options),
     /// Streamable HTTP (2025-03-26 .. 2025-11-25).
     Http(Http),
     /// HTTP+SSE (2024-11-05): `url` is the SSE endpoint.
@@ -702,13 +702,13 @@ impl Config {
                 ));
             }
             if let Some(v) = &b.builtin_protocol
-                && !crate::legacy_server::SUPPORTED_PROTOCOL_VERSIONS.contains(&v.as_str())
+                && !mrtr_fixture::SUPPORTED_PROTOCOL_VERSIONS.contains(&v.as_str())
             {
                 return Err(bad(
                     field("builtin_protocol"),
                     format!(
                         "`{v}`: expected one of {}",
-                        crate::legacy_server::SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                        mrtr_fixture::SUPPORTED_PROTOCOL_VERSIONS.join(", ")
                     ),
                 ));
             }
@@ -768,7 +768,7 @@ impl Config {
                         4096,
                     )?,
                 }),
-                "builtin" => Transport::Builtin(crate::legacy_server::Options {
+                "builtin" => Transport::Builtin(mrtr_fixture::Options {
                     protocol: b.builtin_protocol,
                     roots_on_init: b.builtin_roots_on_init,
                     ..Default::default()

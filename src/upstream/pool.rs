@@ -257,11 +257,8 @@ impl Pool {
             Transport::Builtin(opts) => {
                 let (ours, theirs) = tokio::io::duplex(64 * 1024);
                 let (their_read, their_write) = tokio::io::split(theirs);
-                let server = tokio::spawn(crate::legacy_server::serve(
-                    their_read,
-                    their_write,
-                    opts.clone(),
-                ));
+                let server =
+                    tokio::spawn(mrtr_fixture::serve(their_read, their_write, opts.clone()));
                 let (our_read, our_write) = tokio::io::split(ours);
                 let on_exit = async move {
                     server.abort();
