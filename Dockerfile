@@ -16,22 +16,25 @@
 FROM rust:1-slim-bookworm AS builder
 WORKDIR /build
 
-# Build the dependencies alone first, against stub sources: this layer is reused until
-# Cargo.toml or Cargo.lock change, so editing src/ recompiles only the crate itself. The
-# manifest names the benchmarks, so their sources come too (cargo checks that each target it
-# names exists; nothing here builds them).
+# Build the dependencies alone first, against stub sources: this layer is reused until a
+# manifest or Cargo.lock change, so editing src/ recompiles only the workspace's crates. The
+# workspace is the gateway and the built-in legacy server it carries (fixtures/legacy-server),
+# so both manifests come. The gateway's manifest names the benchmarks, so their sources come
+# too (cargo checks that each target it names exists; nothing here builds them).
 COPY Cargo.toml Cargo.lock ./
+COPY fixtures/legacy-server/Cargo.toml ./fixtures/legacy-server/
 COPY benches ./benches
-RUN mkdir src \
+RUN mkdir src fixtures/legacy-server/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
+ && touch src/lib.rs fixtures/legacy-server/src/lib.rs \
  && cargo build --release --locked \
- && rm -rf src
+ && rm -rf src fixtures/legacy-server/src
 
+COPY fixtures/legacy-server/src ./fixtures/legacy-server/src
 COPY src ./src
 # COPY keeps the build context's mtimes, which can be older than the stubs' build artefacts;
-# touching the roots makes cargo rebuild the crate from the real sources.
-RUN touch src/main.rs src/lib.rs \
+# touching the roots makes cargo rebuild both crates from the real sources.
+RUN touch src/main.rs src/lib.rs fixtures/legacy-server/src/lib.rs \
  && cargo build --release --locked --bin mrtr-gateway
 
 # cc: glibc and libgcc, which the binary links against; :nonroot runs as uid/gid 65532.

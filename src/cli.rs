@@ -50,7 +50,7 @@ pub enum Command {
     },
     /// The built-in legacy MCP server (stdio, or HTTP with --http / --sse), as `demo` runs it.
     #[command(hide = true)]
-    LegacyServer(crate::legacy_server::Options),
+    LegacyServer(mrtr_fixture::Options),
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -89,7 +89,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::LegacyServer(opts) => {
             app::init_tracing(LogFormat::Text, "warn");
             let rt = runtime();
-            let outcome = rt.block_on(crate::legacy_server::run(opts));
+            let outcome = rt.block_on(mrtr_fixture::run(opts));
             // A blocking stdin read may still be pending; do not wait for it.
             rt.shutdown_timeout(std::time::Duration::from_millis(100));
             match outcome {

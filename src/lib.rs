@@ -25,8 +25,9 @@
 //! [`sse`], [`protocol`] (MCP era knowledge), [`seal`] (the only crypto), [`metrics`] (typed
 //! Prometheus metrics), [`shard`] (the threads
 //! that serve connections, each with a runtime of its own), [`wake`] (tasks polled again when
-//! they wake themselves), [`app`] (wiring, drain and shutdown), [`cli`], [`probe`] (the `health`
-//! command), and [`legacy_server`] (the built-in legacy server used by `demo` and the tests).
+//! they wake themselves), [`app`] (wiring, drain and shutdown), [`cli`], and [`probe`] (the
+//! `health` command). The built-in legacy server used by `demo`, the `builtin` transport and the
+//! tests is the `mrtr_fixture` crate (`fixtures/legacy-server`).
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -34,7 +35,6 @@ pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod jsonrpc;
-pub mod legacy_server;
 pub mod metrics;
 pub mod probe;
 pub mod protocol;

@@ -44,7 +44,7 @@ async fn abandoned_park_cancels_upstream_releases_the_session_and_frees_the_entr
         None,
     )
     .expect("config");
-    config.backends[0].transport = Transport::Builtin(mrtr_gateway::legacy_server::Options {
+    config.backends[0].transport = Transport::Builtin(mrtr_fixture::Options {
         log: Some(log.clone()),
         ..Default::default()
     });

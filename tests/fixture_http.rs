@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use mrtr_gateway::legacy_server::{HttpOptions, Options, serve_http, serve_sse};
+use mrtr_fixture::{HttpOptions, Options, serve_http, serve_sse};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;

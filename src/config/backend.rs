@@ -8,7 +8,6 @@ use super::http_backend::{self, Http};
 use super::{ConfigError, PrincipalSource, bad, raw};
 // The built-in legacy server is named through this one path, in `Transport` and
 // `builtin_options`.
-use crate::legacy_server;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,7 +36,7 @@ pub struct Backend {
 pub enum Transport {
     Stdio(Stdio),
     /// The built-in legacy server, run inside this process over in-memory pipes.
-    Builtin(legacy_server::Options),
+    Builtin(mrtr_fixture::Options),
     /// Streamable HTTP (2025-03-26 .. 2025-11-25).
     Http(Http),
     /// HTTP+SSE (2024-11-05): `url` is the SSE endpoint.
@@ -248,7 +247,7 @@ fn builtin_options(
     field: &dyn Fn(&str) -> String,
     kind: &str,
     b: &raw::Backend,
-) -> Result<legacy_server::Options, ConfigError> {
+) -> Result<mrtr_fixture::Options, ConfigError> {
     if kind != "builtin" && (b.builtin_protocol.is_some() || b.builtin_roots_on_init) {
         return Err(bad(
             field("builtin_protocol"),
@@ -257,7 +256,7 @@ fn builtin_options(
             ),
         ));
     }
-    let supported = legacy_server::SUPPORTED_PROTOCOL_VERSIONS;
+    let supported = mrtr_fixture::SUPPORTED_PROTOCOL_VERSIONS;
     if let Some(v) = &b.builtin_protocol
         && !supported.contains(&v.as_str())
     {
@@ -266,7 +265,7 @@ fn builtin_options(
             format!("`{v}`: expected one of {}", supported.join(", ")),
         ));
     }
-    Ok(legacy_server::Options {
+    Ok(mrtr_fixture::Options {
         protocol: b.builtin_protocol.clone(),
         roots_on_init: b.builtin_roots_on_init,
         ..Default::default()
@@ -324,7 +323,7 @@ fn transport(
     field: &dyn Fn(&str) -> String,
     kind: &str,
     b: &raw::Backend,
-    builtin: legacy_server::Options,
+    builtin: mrtr_fixture::Options,
     principal: &PrincipalSource,
 ) -> Result<Transport, ConfigError> {
     match kind {

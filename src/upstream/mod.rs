@@ -1,8 +1,10 @@
 //! Connections to legacy backends. Each upstream session is owned by one task (`session`), talked
-//! to through a [`Session`] handle, over a transport: `stdio` (a child process), `http`
-//! (Streamable HTTP) or `http_sse` (2024-11-05 HTTP+SSE); [`pool`] leases sessions keyed by
-//! (principal, capability set) with at most one interactive call per session.
+//! to through a [`Session`] handle, over a transport: `stdio` (a child process), `builtin` (the
+//! built-in legacy server, in process), `http` (Streamable HTTP) or `http_sse` (2024-11-05
+//! HTTP+SSE); [`pool`] leases sessions keyed by (principal, capability set) with at most one
+//! interactive call per session.
 
+mod builtin;
 pub(crate) mod h1;
 pub mod http;
 mod http_sse;

@@ -5,7 +5,7 @@
 
 use super::Error;
 use super::session::{Rules, Session, Start};
-use super::{http, http_sse, stdio};
+use super::{builtin, http, http_sse, stdio};
 use crate::config::{Authorization, Backend, Limits, Transport};
 use crate::metrics::{PoolMetrics, SessionEnd, SessionState};
 use crate::protocol::caps::Declared;
@@ -255,26 +255,7 @@ impl Pool {
         let started = match &self.backend.transport {
             Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,
             Transport::Builtin(opts) => {
-                let (ours, theirs) = tokio::io::duplex(64 * 1024);
-                let (their_read, their_write) = tokio::io::split(theirs);
-                let server = tokio::spawn(crate::legacy_server::serve(
-                    their_read,
-                    their_write,
-                    opts.clone(),
-                ));
-                let (our_read, our_write) = tokio::io::split(ours);
-                let on_exit = async move {
-                    server.abort();
-                };
-                stdio::connect(
-                    our_read,
-                    our_write,
-                    crate::config::DEFAULT_WRITE_QUEUE,
-                    start,
-                    self.shutdown.child_token(),
-                    on_exit,
-                )
-                .await
+                builtin::spawn(opts, start, self.shutdown.child_token()).await
             }
             Transport::Http(cfg) | Transport::Sse(cfg) => self.start_http(cfg, start).await,
         };

@@ -39,7 +39,7 @@ fn sampled() -> Value {
 /// The built-in backend, logging every message it sees to `log`; `ignore_capabilities` makes it
 /// push what the client did not declare, as some real legacy servers do.
 fn builtin(log: PathBuf, ignore_capabilities: bool) -> Transport {
-    Transport::Builtin(crate::legacy_server::Options {
+    Transport::Builtin(mrtr_fixture::Options {
         log: Some(log),
         ignore_capabilities,
         ..Default::default()
