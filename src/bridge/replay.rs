@@ -7,19 +7,17 @@
 //!
 //! This module also owns the policy choice (`hold`, `replay`, `auto` from tool annotations).
 
-use super::{Bridge, Reply, Request, invalid_state};
+use super::{Bridge, Request};
 use crate::config::Policy;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
-use crate::metrics::{RetryReason, RetryResult, StateFailure};
 use crate::protocol::input::{self, Kind};
-use crate::seal::{self, Claims, Digest, Transcript, Turn};
+use crate::seal::{self, Digest, Turn};
 use crate::upstream::{CallEvent, Session};
 use dashmap::DashMap;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// How long a backend's tool annotations are trusted before they are fetched again.
@@ -231,53 +229,35 @@ async fn fetch_annotations(
     Ok(tools)
 }
 
-/// Serves a retry whose state carries a transcript (checked already, see `retry`): takes the
-/// new answers into the transcript, and runs the call again here.
-pub(super) async fn resume(
-    bridge: Arc<Bridge>,
-    backend: usize,
-    req: Request,
-    (claims, transcript): (Claims, Transcript),
+/// Why a retry's answers cannot go into its transcript.
+#[derive(Debug)]
+pub(super) enum Unanswerable {
+    /// A turn names no input method: the state is not one the gateway sealed.
+    Malformed,
+    /// An answer of the wrong shape for its kind: the client's error.
+    Invalid(ErrorObject),
+}
+
+/// Takes a retry's answers into the transcript's open turns (the state was checked already,
+/// see `retry`). Keys the retry does not answer are asked again when the backend gets there.
+pub(super) fn take_answers(
+    mut turns: Vec<Turn>,
     mut responses: Map<String, Value>,
-    reply: mpsc::Sender<Reply>,
-) {
-    let metrics = bridge.metrics().clone();
-    let failed = |check: StateFailure| {
-        metrics.state_failure(check);
-        Reply::Done(Err(invalid_state()))
-    };
-    let mut turns = transcript.turns;
+) -> Result<Vec<Turn>, Unanswerable> {
     for turn in turns.iter_mut().filter(|t| t.answer.is_none()) {
         let Some(answer) = responses.remove(&turn.key) else {
-            continue; // asked again when the backend gets there
+            continue;
         };
-        let Some(kind) = Kind::from_method(&turn.method) else {
-            let _ = reply.send(failed(StateFailure::Malformed)).await;
-            return;
-        };
-        if let Err(why) = input::validate_response(kind, &answer) {
-            metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
-            let e = ErrorObject::new(
+        let kind = Kind::from_method(&turn.method).ok_or(Unanswerable::Malformed)?;
+        input::validate_response(kind, &answer).map_err(|why| {
+            Unanswerable::Invalid(ErrorObject::new(
                 INVALID_PARAMS,
                 format!("inputResponses[\"{}\"]: {why}", turn.key),
-            );
-            let _ = reply.send(Reply::Done(Err(e))).await;
-            return;
-        }
+            ))
+        })?;
         turn.answer = Some(answer);
     }
-    // Counted once it has passed every check, as a resumed retry is.
-    metrics.retry(RetryResult::Replayed, RetryReason::None);
-    super::call::rerun(
-        bridge,
-        backend,
-        req,
-        claims.round,
-        transcript.next_key,
-        Run::new(turns),
-        reply,
-    )
-    .await;
+    Ok(turns)
 }
 
 #[cfg(test)]

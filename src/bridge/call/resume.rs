@@ -4,11 +4,13 @@
 
 use crate::bridge::forward;
 use crate::bridge::park::Resume;
+use crate::bridge::replay::{self, Unanswerable};
 use crate::bridge::retry::{self, Decision, Retry};
 use crate::bridge::{Bridge, Reply, Request, invalid_state};
 use crate::jsonrpc::{ErrorObject, INVALID_PARAMS};
 use crate::metrics::{RetryReason, RetryResult, StateFailure};
 use crate::protocol::caps::Declared;
+use crate::seal::{Claims, Transcript};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -73,7 +75,7 @@ pub(super) async fn resume(
             return;
         }
         Decision::Replay { claims, transcript } => {
-            Box::pin(super::replay::resume(
+            Box::pin(replayed(
                 bridge.clone(),
                 backend,
                 req,
@@ -102,4 +104,41 @@ pub(super) async fn resume(
         metrics.state_failure(StateFailure::StaleRound);
         let _ = reply.send(refuse(invalid_state())).await;
     }
+}
+
+/// A replay-mode retry: its answers go into the transcript, and the call runs again here.
+async fn replayed(
+    bridge: Arc<Bridge>,
+    backend: usize,
+    req: Request,
+    (claims, transcript): (Claims, Transcript),
+    responses: Map<String, Value>,
+    reply: mpsc::Sender<Reply>,
+) {
+    let metrics = bridge.metrics().clone();
+    let turns = match replay::take_answers(transcript.turns, responses) {
+        Ok(turns) => turns,
+        Err(Unanswerable::Malformed) => {
+            metrics.state_failure(StateFailure::Malformed);
+            let _ = reply.send(Reply::Done(Err(invalid_state()))).await;
+            return;
+        }
+        Err(Unanswerable::Invalid(e)) => {
+            metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
+            let _ = reply.send(Reply::Done(Err(e))).await;
+            return;
+        }
+    };
+    // Counted once it has passed every check, as a resumed retry is.
+    metrics.retry(RetryResult::Replayed, RetryReason::None);
+    super::rerun(
+        bridge,
+        backend,
+        req,
+        claims.round,
+        transcript.next_key,
+        replay::Run::new(turns),
+        reply,
+    )
+    .await;
 }

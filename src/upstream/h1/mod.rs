@@ -198,7 +198,7 @@ impl Client {
         };
         let stream = connected
             .await
-            .map_err(|e| Error::Connect(super::http::error_chain(&*e)))?;
+            .map_err(|e| Error::Connect(error_chain(&*e)))?;
         let mut io: Io = match stream {
             MaybeHttpsStream::Http(tcp) => Box::new(TokioIo::new(tcp)),
             tls => Box::new(TokioIo::new(tls)),
@@ -244,4 +244,16 @@ fn read_into(io: &mut Io, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::
     ready!(Pin::new(&mut **io).poll_read(cx, &mut read))?;
     buf.extend_from_slice(read.filled());
     Poll::Ready(Ok(read.filled().len()))
+}
+
+/// An error with the errors under it, as one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
 }

@@ -189,17 +189,6 @@ pub(crate) async fn status_failure(resp: http::Response<Body>, link: &Link) -> F
     Failure::Other(format!("HTTP {status}"))
 }
 
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
-}
-
 /// A message's JSON text, as a body for the backend.
 pub(crate) fn encode(msg: &Value) -> Result<Vec<u8>, String> {
     serde_json::to_vec(msg).map_err(|e| format!("cannot encode a message: {e}"))

@@ -18,6 +18,7 @@
 //! request's POST and its answer), `resume` (picking streams up again with `Last-Event-ID`, and
 //! the standalone GET stream).
 
+mod endpoint;
 mod link;
 mod request;
 mod resume;
@@ -30,7 +31,7 @@ mod tests;
 pub use super::h1::{Client, Request};
 
 pub(crate) use link::{
-    ACCEPT_ANSWER, ACCEPT_STREAM, Failure, Link, content_type, encode, error_chain, status_failure,
+    ACCEPT_ANSWER, ACCEPT_STREAM, Failure, Link, content_type, encode, status_failure,
 };
 pub(crate) use streams::{deliver, events, next, report};
 pub(crate) use transport::StreamableHttp;

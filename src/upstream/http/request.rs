@@ -3,10 +3,10 @@
 //! or an event stream pumped until the response goes by (and picked up again if it breaks off
 //! first). A 404 on a known session reports the request unsent and the session over.
 
+use super::endpoint::{Endpoint, has_session, post_headers};
 use super::link::{Failure, Link, Sink, content_type, status_failure};
 use super::resume::resume;
 use super::streams::{Cursor, deliver, is_response_to, report};
-use super::transport::{Endpoint, has_session, post_headers};
 use crate::jsonrpc::Id;
 use crate::protocol::header::MCP_SESSION_ID;
 use crate::sse::DecodeError;

@@ -4,9 +4,9 @@
 //! ([`standalone`]). Both pick a quiet stream up again, since a backend may lose an event in
 //! the hand-over.
 
+use super::endpoint::{Endpoint, has_session, stream_headers};
 use super::link::{Failure, Link, Sink, content_type};
 use super::streams::{Cursor, Ending, MAX_BACKOFF, report};
-use super::transport::{Endpoint, has_session, stream_headers};
 use crate::jsonrpc::Id;
 use crate::sse::DecodeError;
 use crate::upstream::h1::Body;

@@ -4,16 +4,16 @@
 //! request. Both go through one [`Endpoint`], with the headers every request of the session
 //! carries.
 
-use super::link::{ACCEPT_ANSWER, ACCEPT_STREAM, Failure, Link, Sink, encode, status_failure};
+use super::endpoint::{Endpoint, Ids, has_session, post_headers, session_headers};
+use super::link::{Failure, Link, Sink, encode, status_failure};
 use super::request::unless_closed;
 use super::resume::{resume, standalone};
 use super::streams::{Cursor, next};
 use crate::config::Http as Config;
 use crate::jsonrpc::Id;
-use crate::protocol::header::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::upstream::session::{self, Inbound, Mark, Transport};
 use futures_util::future::BoxFuture;
-use http::{HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use http::{HeaderValue, Method, StatusCode};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,24 +22,6 @@ use tokio_util::task::TaskTracker;
 
 /// How long closing a session (DELETE) may take.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Made once, as the MCP header names are ([`crate::protocol::header`]).
-const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
-
-/// Session facts the request tasks read: the id the backend gave, the negotiated version.
-#[derive(Debug, Default)]
-pub(super) struct Ids {
-    pub(super) session: Option<HeaderValue>,
-    version: Option<HeaderValue>,
-}
-
-/// Where a session's requests go.
-#[derive(Debug, Clone)]
-pub(super) struct Endpoint {
-    pub(super) link: Arc<Link>,
-    pub(super) ids: Arc<Mutex<Ids>>,
-    pub(super) url: Uri,
-}
 
 /// A Streamable HTTP session.
 pub(crate) struct StreamableHttp {
@@ -66,43 +48,6 @@ impl StreamableHttp {
             release_parked: cfg.release_parked_streams,
         }
     }
-}
-
-/// A request's own headers (the configured ones aside): a few, each named once, written in
-/// order.
-type Headers = Vec<(HeaderName, HeaderValue)>;
-
-/// Headers every request of the session carries, and room for two more.
-pub(super) fn session_headers(ids: &Mutex<Ids>) -> Headers {
-    let ids = ids.lock().expect("ids lock");
-    let mut h = Vec::with_capacity(4);
-    if let Some(s) = &ids.session {
-        h.push((MCP_SESSION_ID, s.clone()));
-    }
-    if let Some(v) = &ids.version {
-        h.push((MCP_PROTOCOL_VERSION, v.clone()));
-    }
-    h
-}
-
-pub(super) fn post_headers(ids: &Mutex<Ids>) -> Headers {
-    let mut h = session_headers(ids);
-    h.push((header::ACCEPT, ACCEPT_ANSWER));
-    h
-}
-
-/// The headers of a GET for an event stream, resumed after `last` if given.
-pub(super) fn stream_headers(ids: &Mutex<Ids>, last: Option<&str>) -> Headers {
-    let mut h = session_headers(ids);
-    h.push((header::ACCEPT, ACCEPT_STREAM));
-    if let Some(v) = last.and_then(|l| HeaderValue::from_str(l).ok()) {
-        h.push((LAST_EVENT_ID, v));
-    }
-    h
-}
-
-pub(super) fn has_session(ids: &Mutex<Ids>) -> bool {
-    ids.lock().expect("ids lock").session.is_some()
 }
 
 /// POSTs a message that opens no answer stream (a response to the backend's request, or a
