@@ -50,7 +50,8 @@ async fn main() -> anyhow::Result<()> {
         standalone_stream: false,
         release_parked_streams: false,
     };
-    let client = mrtr_gateway::upstream::http::client(&cfg, n + 16);
+    let client =
+        mrtr_gateway::upstream::http::client(&cfg, n + 16, &mrtr_gateway::shard::Shards::none());
     let uri: hyper::Uri = format!("http://{addr}/mcp").parse()?;
     let body: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#;
     let none = http::HeaderMap::new();

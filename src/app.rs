@@ -7,6 +7,7 @@ use crate::config::{Config, LogFormat};
 use crate::metrics::Metrics;
 use crate::server::admin::{self, Admin};
 use crate::server::{internal, listener, mcp};
+use crate::shard::Shards;
 use anyhow::Context;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
@@ -118,8 +119,8 @@ impl Running {
     }
 }
 
-/// Binds the listener and starts serving.
-pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+/// Binds the listeners and starts serving, connections on `shards`.
+pub async fn start(mut config: Config, shards: Shards) -> anyhow::Result<Running> {
     if config.state.ephemeral {
         tracing::warn!(
             "no requestState keys configured: using a random per-process key. Parked calls cannot be resumed after a restart or by another replica; set [state] keys or {} (see `mrtr-gateway keygen`)",
@@ -159,7 +160,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(crate::metrics::ProcessCollector));
     let metrics = Arc::new(Metrics::new(registry.sub_registry_with_prefix("mrtr")));
-    let bridge = Bridge::with_metrics(Arc::new(config), metrics);
+    let bridge = Bridge::with_metrics(Arc::new(config), metrics, &shards);
     let stop = CancellationToken::new();
     let admin = match admin_listener {
         Some(listener) => {
@@ -175,6 +176,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 state,
                 admin_stop.clone(),
                 admin_connections,
+                shards.clone(),
             ));
             tracing::info!(%addr, "admin listening (/metrics, /healthz, /readyz)");
             Some(AdminTask {
@@ -193,12 +195,18 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         );
         (
             bound,
-            tokio::spawn(internal::serve_internal(l, bridge.clone(), stop.clone())),
+            tokio::spawn(internal::serve(
+                l,
+                bridge.clone(),
+                shards.clone(),
+                stop.clone(),
+            )),
         )
     });
     let done = tokio::spawn(accept_loop(
         listener,
         bridge.clone(),
+        shards,
         stop.clone(),
         max_connections,
         grace,
@@ -216,6 +224,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
 async fn accept_loop(
     listener: TcpListener,
     bridge: Arc<Bridge>,
+    shards: Shards,
     stop: CancellationToken,
     max_connections: usize,
     grace: std::time::Duration,
@@ -227,7 +236,7 @@ async fn accept_loop(
         write_timeout: bridge.config.server.write_timeout,
     };
     let engine = bridge.clone();
-    let connections = listener::serve(listener, limits, stop, move |req, _| {
+    let connections = listener::serve(listener, limits, &shards, stop, move |req, _| {
         mcp::serve(engine.clone(), req)
     })
     .await;

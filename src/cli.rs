@@ -3,6 +3,7 @@
 
 use crate::app;
 use crate::config::{Config, LogFormat};
+use crate::shard::Shards;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -119,23 +120,24 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-/// Serves on `worker_threads` shards (`crate::shard`); the main thread's runtime runs the
+/// Serves on `worker_threads` shards ([`Shards`]); the main thread's runtime runs the
 /// accept loops, the admin listener and the drain.
 fn serve(config: Config, demo: bool) -> ExitCode {
     app::init_tracing(config.log.format, &config.log.level);
     let main = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
-    let main =
-        match main.and_then(|rt| crate::shard::start(config.server.worker_threads).map(|()| rt)) {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("mrtr-gateway: cannot start the runtime: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let started = main.and_then(|rt| Ok((rt, Shards::start(config.server.worker_threads)?)));
+    let (main, shards) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("mrtr-gateway: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let serving = shards.clone();
     let code = main.block_on(async move {
-        let running = match app::start(config).await {
+        let running = match app::start(config, serving).await {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("mrtr-gateway: {e:#}");
@@ -157,7 +159,7 @@ fn serve(config: Config, demo: bool) -> ExitCode {
         running.until_signal().await;
         ExitCode::SUCCESS
     });
-    crate::shard::stop();
+    shards.stop();
     code
 }
 

@@ -2,11 +2,9 @@
 //! listener for `/healthz` and turns the answer into an exit status. It exists because the
 //! container image has no curl or shell; a `HEALTHCHECK` runs this binary instead.
 
-use bytes::Bytes;
-use http::{Request, StatusCode, Uri};
-use http_body_util::Empty;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use crate::shard::Shards;
+use crate::upstream::h1;
+use http::{HeaderMap, Method, StatusCode, Uri};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,21 +20,14 @@ pub enum ProbeError {
     BadUrl(Uri),
     #[error("no answer within {0:?}")]
     Timeout(Duration),
-    #[error("connect to {addr}: {source}")]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
+    #[error("connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
     #[error("http: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("request: {0}")]
-    Request(#[from] http::Error),
+    Exchange(String),
     #[error("unhealthy: {0}")]
     Status(StatusCode),
 }
 
-/// `mrtr-gateway health`: exit 0 when `url` answers 200 within [`DEADLINE`], 1 otherwise (with
-/// the reason on stderr).
 pub fn run(url: &Uri) -> ExitCode {
     let outcome = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -62,26 +53,31 @@ pub async fn check(url: &Uri, deadline: Duration) -> Result<(), ProbeError> {
     }
 }
 
+/// One GET with the gateway's own HTTP client, the status of its answer.
 async fn get(url: &Uri) -> Result<StatusCode, ProbeError> {
     let (Some("http"), Some(host)) = (url.scheme_str(), url.host()) else {
         return Err(ProbeError::BadUrl(url.clone()));
     };
     let addr = format!("{host}:{}", url.port_u16().unwrap_or(80));
-    let stream = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|source| ProbeError::Connect {
-            addr: addr.clone(),
-            source,
-        })?;
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
-    // The connection task ends when the response is read or the deadline drops this future's
-    // runtime; it never outlives the one-shot `health` command.
-    tokio::spawn(conn);
-    let path = url.path_and_query().map_or("/", |p| p.as_str());
-    let req = Request::get(path)
-        .header(http::header::HOST, &addr)
-        .body(Empty::<Bytes>::new())?;
-    Ok(sender.send_request(req).await?.status())
+    // A probe keeps no connection for later, and admin heads are small.
+    let client = h1::Client::new(
+        h1::connector(DEADLINE, None, None),
+        0,
+        crate::config::DEFAULT_RESPONSE_HEAD,
+        &Shards::none(),
+    );
+    let request = h1::Request {
+        method: &Method::GET,
+        uri: url,
+        configured: &HeaderMap::new(),
+        headers: &[],
+        json: None,
+    };
+    match client.send(request).await {
+        Ok(resp) => Ok(resp.status()),
+        Err(h1::Error::Connect(reason)) => Err(ProbeError::Connect { addr, reason }),
+        Err(e) => Err(ProbeError::Exchange(e.to_string())),
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use super::retry::now_ms;
 use super::{Bridge, Reply, Request};
 use crate::config::parse_host_port;
+use crate::shard::Shards;
 use crate::upstream::h1;
 use crate::wire::hop;
 use futures_util::StreamExt;
@@ -33,11 +34,12 @@ pub enum Error {
 const IDLE_CONNECTIONS: usize = 16;
 
 /// The client of the internal hop: plain HTTP to the other replicas' internal listeners.
-pub(super) fn client(config: &crate::config::Config) -> h1::Client {
+pub(super) fn client(config: &crate::config::Config, shards: &Shards) -> h1::Client {
     h1::Client::new(
         h1::connector(config.fleet.forward_connect_timeout, None, None),
         IDLE_CONNECTIONS,
         crate::config::DEFAULT_RESPONSE_HEAD,
+        shards,
     )
 }
 

@@ -18,6 +18,7 @@ use crate::protocol::caps::Declared;
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest, KeyRing};
+use crate::shard::Shards;
 use crate::upstream::{self, Pool, PoolKey};
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
@@ -77,10 +78,15 @@ pub struct Bridge {
 impl Bridge {
     /// An engine whose metrics are registered nowhere.
     pub fn new(config: Arc<Config>) -> Arc<Bridge> {
-        Bridge::with_metrics(config, Arc::new(Metrics::unregistered()))
+        Bridge::with_metrics(config, Arc::new(Metrics::unregistered()), &Shards::none())
     }
 
-    pub fn with_metrics(config: Arc<Config>, metrics: Arc<Metrics>) -> Arc<Bridge> {
+    /// An engine counting into `metrics`, whose HTTP clients keep a pool for each of `shards`.
+    pub fn with_metrics(
+        config: Arc<Config>,
+        metrics: Arc<Metrics>,
+        shards: &Shards,
+    ) -> Arc<Bridge> {
         let sessions = CancellationToken::new();
         let rules = upstream::session::Rules {
             static_roots: Arc::new(config.static_roots.clone()),
@@ -96,12 +102,13 @@ impl Bridge {
                     rules.clone(),
                     sessions.child_token(),
                     metrics.pool(&b.name),
+                    shards,
                 )
             })
             .collect();
         Arc::new(Bridge {
             keys: config.state.keys.clone(),
-            hop: forward::client(&config),
+            hop: forward::client(&config, shards),
             config,
             pools,
             parks: Arc::new(park::Registry::default()),

@@ -9,6 +9,7 @@ use super::Body;
 use super::listener::{self, Limits};
 use super::respond::text;
 use crate::bridge::Bridge;
+use crate::shard::Shards;
 use http::{Method, StatusCode, header};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
@@ -66,6 +67,7 @@ pub async fn serve(
     admin: Arc<Admin>,
     stop: CancellationToken,
     max_connections: usize,
+    shards: Shards,
 ) {
     let limits = Limits {
         name: "admin",
@@ -73,7 +75,7 @@ pub async fn serve(
         header_read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
     };
-    let connections = listener::serve(listener, limits, stop, move |req, _| {
+    let connections = listener::serve(listener, limits, &shards, stop, move |req, _| {
         admin
             .clone()
             .respond(req.method().clone(), req.uri().path().to_owned())

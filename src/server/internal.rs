@@ -9,6 +9,7 @@ use super::respond::{self, Refusal};
 use crate::bridge::{self, Bridge, Reply};
 use crate::jsonrpc;
 use crate::protocol::{self, meta::RequestMeta};
+use crate::shard::Shards;
 use crate::wire::hop;
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -20,7 +21,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Serves the internal listener until `stop`, then lets in-flight hops finish.
-pub async fn serve_internal(listener: TcpListener, bridge: Arc<Bridge>, stop: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    bridge: Arc<Bridge>,
+    shards: Shards,
+    stop: CancellationToken,
+) {
     let limits = Limits {
         name: "internal",
         max_connections: bridge.config.server.max_connections,
@@ -28,7 +34,7 @@ pub async fn serve_internal(listener: TcpListener, bridge: Arc<Bridge>, stop: Ca
         write_timeout: bridge.config.server.write_timeout,
     };
     let grace = bridge.config.server.shutdown_grace + Duration::from_secs(1);
-    let connections = listener::serve(listener, limits, stop, move |req, peer| {
+    let connections = listener::serve(listener, limits, &shards, stop, move |req, peer| {
         handle(bridge.clone(), req, peer)
     })
     .await;

@@ -2,10 +2,11 @@
 //! port): at most `max_connections` open at once, HTTP/1.1 with a header deadline, a back-off
 //! when accepting fails (out of descriptors), and on `stop` each connection finishes the
 //! request in flight. The caller gets the connections back to decide how long to wait for them.
-//! Each connection runs on a shard ([`crate::shard`]) as an [`Inline`](crate::wake::Inline) task:
+//! Each connection runs on a shard ([`Shards`]) as an [`Inline`](crate::wake::Inline) task:
 //! the hand-overs between its halves do not go through the runtime's queue.
 
 use super::Body;
+use crate::shard::Shards;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -63,6 +64,7 @@ pub async fn read_body(
 pub async fn serve<H, F>(
     listener: TcpListener,
     limits: Limits,
+    shards: &Shards,
     stop: CancellationToken,
     handle: H,
 ) -> TaskTracker
@@ -94,7 +96,7 @@ where
         let stop = stop.clone();
         // Counted from here, so the drain cannot miss a connection on its way to a shard.
         let tracked = connections.token();
-        crate::shard::spawn_connection(stream, move |stream| {
+        shards.spawn_connection(stream, move |stream| {
             crate::wake::Inline::new(async move {
                 let _tracked = tracked;
                 let _permit = permit;

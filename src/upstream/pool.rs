@@ -10,6 +10,7 @@ use crate::config::{Authorization, Backend, Limits, Transport};
 use crate::metrics::{PoolMetrics, SessionEnd, SessionState};
 use crate::protocol::caps::Declared;
 use crate::seal::Digest;
+use crate::shard::Shards;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -114,9 +115,12 @@ impl Pool {
         rules: Rules,
         shutdown: CancellationToken,
         metrics: PoolMetrics,
+        shards: &Shards,
     ) -> Arc<Pool> {
         let client = match &backend.transport {
-            Transport::Http(cfg) | Transport::Sse(cfg) => Some(http::client(cfg, backend.pool_max)),
+            Transport::Http(cfg) | Transport::Sse(cfg) => {
+                Some(http::client(cfg, backend.pool_max, shards))
+            }
             Transport::Stdio(_) | Transport::Builtin(_) => None,
         };
         let pool = Arc::new(Pool {
@@ -466,6 +470,7 @@ mod tests {
             rules,
             shutdown.clone(),
             PoolMetrics::default(),
+            &Shards::none(),
         );
         let want = Want {
             key: PoolKey {

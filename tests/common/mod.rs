@@ -84,7 +84,9 @@ impl Gateway {
         );
         let config =
             Config::parse(&text, None).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
-        let running = app::start(config).await.expect("gateway starts");
+        let running = app::start(config, mrtr_gateway::shard::Shards::none())
+            .await
+            .expect("gateway starts");
         let url = running.urls()[0].clone();
         Gateway {
             running: Some(running),
@@ -412,7 +414,9 @@ impl Gateway {
     pub async fn from_config(text: &str, log: PathBuf) -> Gateway {
         let config =
             Config::parse(text, None).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
-        let running = app::start(config).await.expect("gateway starts");
+        let running = app::start(config, mrtr_gateway::shard::Shards::none())
+            .await
+            .expect("gateway starts");
         let url = running.urls()[0].clone();
         let dir = log
             .parent()

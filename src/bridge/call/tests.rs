@@ -77,7 +77,7 @@ impl Gateway {
         config.backends[0].transport = builtin(log.clone(), ignore_capabilities);
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
-        let bridge = Bridge::with_metrics(Arc::new(config), metrics);
+        let bridge = Bridge::with_metrics(Arc::new(config), metrics, &crate::shard::Shards::none());
         Gateway {
             bridge,
             registry,

@@ -26,6 +26,7 @@ mod tests;
 
 pub use body::Body;
 
+use crate::shard::Shards;
 use bytes::BytesMut;
 use head::{encode, read_head};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
@@ -120,6 +121,8 @@ struct Shared {
     connector: HttpsConnector<HttpConnector>,
     /// One pool per shard, and a last one for the other threads.
     pools: Box<[Arc<Pool>]>,
+    /// The shards whose threads the pools stand for.
+    shards: Shards,
     max_head: usize,
 }
 
@@ -134,10 +137,15 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client connecting with `connector`, keeping at most `max_idle` idle connections per
-    /// pool, and refusing response heads longer than `max_head` bytes.
-    pub fn new(connector: HttpsConnector<HttpConnector>, max_idle: usize, max_head: usize) -> Self {
-        let (count, _) = shards();
-        let pools = (0..=count)
+    /// pool (one pool for each of `shards` and one for other threads), and refusing response
+    /// heads longer than `max_head` bytes.
+    pub fn new(
+        connector: HttpsConnector<HttpConnector>,
+        max_idle: usize,
+        max_head: usize,
+        shards: &Shards,
+    ) -> Self {
+        let pools = (0..=shards.count())
             .map(|_| {
                 Arc::new(Pool {
                     idle: Mutex::new(Vec::new()),
@@ -149,6 +157,7 @@ impl Client {
             shared: Arc::new(Shared {
                 connector,
                 pools,
+                shards: shards.clone(),
                 max_head,
             }),
         }
@@ -162,8 +171,12 @@ impl Client {
     /// response head. The body streams from the connection as the caller reads it.
     pub async fn send(&self, req: Request<'_>) -> Result<http::Response<Body>, Error> {
         let elsewhere = self.shared.pools.len() - 1;
-        let (_, current) = shards();
-        let shard = current.unwrap_or(elsewhere).min(elsewhere);
+        let shard = self
+            .shared
+            .shards
+            .current()
+            .unwrap_or(elsewhere)
+            .min(elsewhere);
         let pool = &self.shared.pools[shard];
         let wire = encode(&req)?;
         let mut io = match pool.take() {
@@ -208,13 +221,6 @@ impl Client {
             .map_err(|e| Error::Exchange(format!("sending the request failed: {e}")))?;
         Ok(io)
     }
-}
-
-/// The shard layout, read here and nowhere else in the client: how many shards the process
-/// runs, and which of them the calling thread is (`None` off the shards). A client keeps a pool
-/// for each shard and a last one for the other threads.
-fn shards() -> (usize, Option<usize>) {
-    (crate::shard::count(), crate::shard::current())
 }
 
 async fn write(io: &mut Io, wire: &[u8]) -> io::Result<()> {

@@ -9,7 +9,12 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
 fn client() -> Client {
-    Client::new(connector(Duration::from_secs(5), None, None), 4, 1024)
+    Client::new(
+        connector(Duration::from_secs(5), None, None),
+        4,
+        1024,
+        &crate::shard::Shards::none(),
+    )
 }
 
 /// A backend that answers each connection's requests with `answers`, in order, written in
@@ -207,6 +212,7 @@ fn tls_pair() -> (tokio_rustls::TlsAcceptor, Client) {
             connector(Duration::from_secs(5), Some(&roots), None),
             4,
             1024,
+            &crate::shard::Shards::none(),
         ),
     )
 }

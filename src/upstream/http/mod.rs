@@ -38,11 +38,12 @@ pub(crate) use transport::StreamableHttp;
 
 use super::h1;
 use crate::config::Http as Config;
+use crate::shard::Shards;
 
 /// Builds the client for one backend: keep-alive pools of at most `pool_max` idle connections,
 /// connect timeout, TLS for `https` URLs with the bundled Mozilla roots or the backend's own CA,
-/// and the gateway's client certificate where one is configured.
-pub fn client(cfg: &Config, pool_max: usize) -> Client {
+/// and the gateway's client certificate where one is configured; a pool for each of `shards`.
+pub fn client(cfg: &Config, pool_max: usize, shards: &Shards) -> Client {
     // One TLS configuration (and root store) for all the pools.
     Client::new(
         h1::connector(
@@ -52,5 +53,6 @@ pub fn client(cfg: &Config, pool_max: usize) -> Client {
         ),
         pool_max,
         cfg.max_response_head_bytes,
+        shards,
     )
 }
