@@ -3,7 +3,7 @@
 //! when the backend asks for input and resume when the client retries with `requestState`.
 //!
 //! Every request yields a stream of [`Reply`]: notifications for the current round, then one
-//! final outcome. The downstream face turns that into JSON or SSE.
+//! final outcome. The client's face (`server::mcp`) turns that into JSON or SSE.
 
 mod call;
 mod forward;
@@ -31,7 +31,7 @@ use tracing::Instrument;
 
 pub use crate::wire::Reply;
 
-/// A request that passed the downstream checks.
+/// A request that passed the face's checks (`server::mcp`, or `server::internal` for a hop).
 #[derive(Debug)]
 pub struct Request {
     pub method: String,

@@ -1,5 +1,5 @@
 //! The `host:port` form of an address another replica is dialled at: checked here when
-//! `fleet.advertise` is loaded, and again by the hop (`crate::fleet`) before it dials a
+//! `fleet.advertise` is loaded, and again by the hop (`bridge::retry`, `bridge::forward`) before it dials a
 //! requestState's owner, so both accept exactly the same addresses.
 
 use std::net::{IpAddr, Ipv6Addr};

@@ -1,5 +1,5 @@
 //! The internal hop's format: a retry forwarded from one replica to the replica that holds its
-//! call. The request is a JSON body ([`Hop`]) under headers that a MAC, derived from the state key
+//! call. The request is a JSON body ([`Body`]) under headers that a MAC, derived from the state key
 //! ring, binds to the method, path, body digest, time, target and sender; the answer is an SSE
 //! stream of [`Reply`] events. The client is `bridge::forward`; the listener `server::internal`.
 
