@@ -525,6 +525,68 @@ async fn close_post_early_is_resumed_with_last_event_id() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Waits until request `id` of session `s` has had its response written (or dropped): until
+/// then the server refuses another request with the same id.
+async fn until_settled(fx: &Fixture, s: &Session, id: i64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        let resp = fx.post(s, ping).await;
+        if resp.status() == 200 {
+            assert_eq!(first_message(resp).await["id"], id);
+            return;
+        }
+        assert_eq!(resp.status(), 400, "request {id} still in flight");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "request {id} never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn drop_unattached_loses_what_is_written_before_a_pick_up_and_carries_what_comes_after() {
+    // The server ends each POST stream after its first push, so the stream is let go at a
+    // known point; what it writes for the request until a GET picks the stream up is lost.
+    let fx = Fixture::start(HttpOptions {
+        close_post_early: true,
+        drop_unattached: true,
+        ..HttpOptions::default()
+    })
+    .await;
+    let s = fx.session("2025-11-25").await;
+    let ask_and_let_go = async |id: i64| {
+        let mut post = fx.call(&s, id, "ask_form", json!({})).await;
+        let ask = post.message().await.unwrap();
+        assert_eq!(ask["method"], "elicitation/create");
+        let last = post.last_id.clone().expect("events carry ids");
+        post.ends().await;
+        (ask, last)
+    };
+
+    // The answer first: the tool's result is written while no connection carries the stream,
+    // and the pick-up finds nothing.
+    let (ask, last) = ask_and_let_go(1).await;
+    fx.answer(&s, &ask, elicit_answer()).await;
+    until_settled(&fx, &s, 1).await;
+    let resp = fx.get(&s, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    Sse::new(resp).ends().await;
+
+    // The pick-up first: the result rides the picked-up stream.
+    let (ask, last) = ask_and_let_go(2).await;
+    let resp = fx.get(&s, Some(&last)).await;
+    assert_eq!(resp.status(), 200);
+    let mut resumed = Sse::new(resp);
+    fx.answer(&s, &ask, elicit_answer()).await;
+    let done = resumed.message().await.unwrap();
+    assert_eq!(done["id"], 2);
+    assert_eq!(tool_output(&done), elicit_answer());
+    resumed.ends().await;
+    fx.stop().await;
+}
+
 #[tokio::test]
 async fn batches_are_accepted_and_batch_framing_wraps_every_message() {
     let fx = Fixture::start(HttpOptions::default()).await;

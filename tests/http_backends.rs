@@ -438,6 +438,93 @@ async fn a_result_a_picked_up_stream_missed_comes_with_the_next_pick_up() {
     gw.stop().await;
 }
 
+/// For each answer to one of the backend's requests, in the order the backend read them, how
+/// many pick-ups (GET with `Last-Event-ID`) it had been sent before.
+fn pick_ups_before_each_answer(fx: &Fixture) -> Vec<usize> {
+    let mut picked = 0;
+    let mut before = Vec::new();
+    for e in fx.entries() {
+        if e["dir"] == "http" && e["method"] == "GET" && e["lastEventId"].is_string() {
+            picked += 1;
+        } else if e["dir"] == "in" && e["msg"]["id"] != Value::Null && e["msg"]["method"].is_null()
+        {
+            before.push(picked);
+        }
+    }
+    before
+}
+
+#[tokio::test]
+async fn a_let_go_stream_is_picked_up_before_the_answer_goes_out() {
+    // The backend drops what it writes for a request while no connection carries its stream,
+    // as the Rust SDK's server may. The tool's result, written as soon as the answer is in,
+    // reaches the call only if the stream was picked up before the answer went out.
+    let fx = Fixture::http(&["--drop-unattached"]).await;
+    let gw = with_a_short_deadline(&fx).await;
+    let c = gw.client();
+    let first = c
+        .call_tool("ask_form", json!({}), &json!({"elicitation": {}}))
+        .await;
+    let done = c.answer_ada(json!({}), &first).await;
+    assert_eq!(done.tool_json(), ada(), "{:#}", done.body);
+    let picked = pick_ups_before_each_answer(&fx);
+    assert!(picked.len() == 1 && picked[0] >= 1, "{picked:?}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn every_answer_of_a_retry_goes_out_after_the_pick_up() {
+    let fx = Fixture::http(&["--drop-unattached"]).await;
+    let limits = concat!(
+        "[state]\ncoalesce_window = \"250ms\"\n",
+        "[limits]\nrequest_timeout = \"10s\"\n"
+    );
+    let gw = gateway("http", &fx.url, &fx.log, limits, "").await;
+    let c = gw.client();
+    let caps = caps_all();
+    let ask_pair = async || {
+        let first = c.call_tool("pair", json!({}), &caps).await;
+        let ke = first.key_for("elicitation/create");
+        let ks = first.key_for("sampling/createMessage");
+        (first, ke, ks)
+    };
+
+    // Both answers in one retry.
+    let (first, ke, ks) = ask_pair().await;
+    let both = json!({ ke: accept(json!({"name": "Lin"})), ks: sampled("hi") });
+    let done = c
+        .retry_tool("pair", json!({}), &caps, both, &first.state())
+        .await;
+    let out = done.tool_json();
+    assert_eq!(out["elicit"]["content"]["name"], "Lin", "{out:#}");
+    assert_eq!(out["sample"]["text"], "hi", "{out:#}");
+
+    // One answer, then the other: the retry that answers only some keys picks the stream up
+    // first too, and so does the one that finishes the call.
+    let (first, ke, ks) = ask_pair().await;
+    let one = json!({ ke: accept(json!({"name": "Bo"})) });
+    let second = c
+        .retry_tool("pair", json!({}), &caps, one, &first.state())
+        .await;
+    assert_eq!(second.input_keys(), vec![ks.clone()], "{:#}", second.body);
+    let other = json!({ ks: sampled("ok") });
+    let done = c
+        .retry_tool("pair", json!({}), &caps, other, &second.state())
+        .await;
+    let out = done.tool_json();
+    assert_eq!(out["elicit"]["content"]["name"], "Bo", "{out:#}");
+    assert_eq!(out["sample"]["text"], "ok", "{out:#}");
+
+    // Answers 1 and 2 went with the first call's retry, 3 and 4 with the second call's two.
+    let picked = pick_ups_before_each_answer(&fx);
+    assert_eq!(picked.len(), 4, "{picked:?}");
+    assert!(
+        picked[0] >= 1 && picked[1] >= 1 && picked[2] >= 2 && picked[3] >= 3,
+        "an answer went out before its retry's pick-up: {picked:?}"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_picked_up_stream_that_stays_quiet_for_a_long_tool_is_picked_up_again_harmlessly() {
     let fx = Fixture::http(&["--event-ids"]).await;

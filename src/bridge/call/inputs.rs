@@ -174,7 +174,9 @@ impl Task {
         Step::Park
     }
 
-    /// Checks a retry's answers, then writes them upstream. Missing keys stay pending.
+    /// Checks a retry's answers, then writes them upstream. Missing keys stay pending. The
+    /// call's answer stream, if the park let it go, is picked up before the first answer goes
+    /// out ([`Task::pick_up_stream`]); a malformed retry leaves it let go.
     pub(super) async fn accept(&mut self, resume: &Resume) -> Result<(), ErrorObject> {
         for (key, pending) in &self.pending {
             if let Some(answer) = resume.responses.get(key) {
@@ -183,6 +185,7 @@ impl Task {
                 })?;
             }
         }
+        Box::pin(self.pick_up_stream()).await;
         let (answered, missing) = std::mem::take(&mut self.pending)
             .into_iter()
             .partition(|(k, _)| resume.responses.contains_key(k));

@@ -1,5 +1,6 @@
 //! A call's rounds: how the task goes from driving the backend to parking, waits parked for
-//! its retry (or the deadline, or shutdown), and takes the retry in.
+//! its retry (or the deadline, or shutdown), picks up the answer stream it let go before the
+//! retry's answers go upstream, and takes the retry in.
 
 use super::{Step, Task, Woke};
 use crate::bridge::park::{Door, Entry, Handle, Resume};
@@ -178,7 +179,6 @@ impl Task {
         self.parked_since = None;
         self.parked_for += parked_at.elapsed();
         if let Woke::Retry(resume) = &woke {
-            self.call.events.resume();
             let all_answered = asked.iter().all(|k| resume.responses.contains_key(k));
             self.bridge.metrics.retry(
                 if all_answered {
@@ -227,6 +227,26 @@ impl Task {
                     Box::pin(self.while_parked(event)).await;
                 }
             }
+        }
+    }
+
+    /// Picks the call's answer stream up again if the park let it go, and waits until the
+    /// backend carries it (or the pick-up gives up, or `request_timeout` passes) before
+    /// anything more goes upstream for the call. A backend may write the call's result as soon
+    /// as it has the client's answers, and one that keeps nothing for a stream no connection
+    /// carries would lose it: the call would end "without answering". A call the backend has
+    /// already ended has nothing more to hear.
+    pub(super) async fn pick_up_stream(&mut self) {
+        if self.outcome.is_some() {
+            return;
+        }
+        self.call.events.resume();
+        let wait = self.bridge.config.limits.request_timeout;
+        if tokio::time::timeout(wait, self.call.events.attached())
+            .await
+            .is_err()
+        {
+            tracing::debug!(backend = %self.lease.session().backend(), round = self.round, "the stream's pick-up was not taken within request_timeout; the answers go out anyway");
         }
     }
 

@@ -143,6 +143,6 @@ async fn stream_answer(
         Ok(_) => {}
     }
     if !cursor.answered {
-        Box::pin(resume(ep, sink, id, cursor)).await;
+        Box::pin(resume(ep, sink, id, cursor, None)).await;
     }
 }

@@ -13,6 +13,7 @@ use crate::upstream::h1::Body;
 use crate::upstream::session::Inbound;
 use http::{Method, StatusCode};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// How many times in a row one request's stream is resumed with `Last-Event-ID` without
 /// progress before giving up: with the waits between them, about 1.3 s, or eight of the
@@ -38,7 +39,8 @@ enum PickUp {
 }
 
 /// A request's stream ended before its response: resume it with `Last-Event-ID` if the backend
-/// gave event ids (2025-11-25), else fail the call.
+/// gave event ids (2025-11-25), else fail the call. `attached`, if given, is sent as soon as a
+/// pick-up's head is in (the backend carries the stream again), and dropped if none ever is.
 ///
 /// A picked-up stream that stays quiet is picked up again, from the same event, after
 /// [`QUIET_FIRST`], then after twice as long each time, up to [`QUIET_MAX`]. Backends may lose an
@@ -46,7 +48,13 @@ enum PickUp {
 /// no connection, when it comes between the replay and the hand-over to the new connection. Only
 /// a new pick-up replays it; without one, the call would wait for its deadline. For a tool that is
 /// still running, a quiet pick-up costs a new GET that replays nothing.
-pub(super) async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Cursor) {
+pub(super) async fn resume(
+    ep: &Endpoint,
+    sink: &Sink,
+    id: &Id,
+    mut cursor: Cursor,
+    mut attached: Option<oneshot::Sender<()>>,
+) {
     let mut attempts = 0;
     let mut quiet = QUIET_FIRST;
     while !cursor.answered {
@@ -58,7 +66,7 @@ pub(super) async fn resume(ep: &Endpoint, sink: &Sink, id: &Id, mut cursor: Curs
         pause(attempts, cursor.retry).await;
         attempts += 1;
         let before = cursor.last_id.clone();
-        match pick_up(ep, sink, id, &mut cursor, &last, quiet).await {
+        match pick_up(ep, sink, id, &mut cursor, &last, quiet, &mut attached).await {
             PickUp::Refused => continue,
             PickUp::Over => return,
             PickUp::Quiet => {
@@ -89,7 +97,7 @@ async fn pause(attempts: u32, retry: Duration) {
 }
 
 /// One GET for request `id`'s stream after event `last`, pumped until it ends or stays quiet
-/// for `quiet`.
+/// for `quiet`. `attached` is sent once the backend has answered with the stream.
 async fn pick_up(
     ep: &Endpoint,
     sink: &Sink,
@@ -97,6 +105,7 @@ async fn pick_up(
     cursor: &mut Cursor,
     last: &str,
     quiet: Duration,
+    attached: &mut Option<oneshot::Sender<()>>,
 ) -> PickUp {
     let link = &*ep.link;
     let headers = stream_headers(&ep.ids, Some(last));
@@ -116,6 +125,11 @@ async fn pick_up(
     if !resp.status().is_success() || content_type(&resp) != "text/event-stream" {
         tracing::debug!(backend = %link.backend, status = %resp.status(), "resuming a stream was refused");
         return PickUp::Refused;
+    }
+    // The backend carries the stream again: what it writes for the request from now on comes
+    // here, so the call may send what the backend waits for.
+    if let Some(attached) = attached.take() {
+        let _ = attached.send(());
     }
     match link
         .pump(sink, resp.into_body(), Some(id), cursor, Some(quiet))

@@ -17,7 +17,7 @@ use http::{HeaderValue, Method, StatusCode};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 /// How long closing a session (DELETE) may take.
@@ -93,7 +93,14 @@ impl session::Direct for Direct {
         Box::pin(unless_closed(self.ep.clone(), sink, id, method, msg, mark))
     }
 
-    fn resume(&self, id: Id, last: String, sink: Sink, mark: Mark) -> BoxFuture<'static, ()> {
+    fn resume(
+        &self,
+        id: Id,
+        last: String,
+        sink: Sink,
+        mark: Mark,
+        attached: oneshot::Sender<()>,
+    ) -> BoxFuture<'static, ()> {
         let ep = self.ep.clone();
         Box::pin(async move {
             // At once: the call let the stream go itself, the backend asked for no wait.
@@ -103,7 +110,7 @@ impl session::Direct for Direct {
                 mark: Some(mark),
                 ..Cursor::default()
             };
-            resume(&ep, &sink, &id, cursor).await
+            resume(&ep, &sink, &id, cursor, Some(attached)).await
         })
     }
 

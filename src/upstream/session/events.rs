@@ -1,8 +1,9 @@
 //! How a call reads what it hears: [`Events`], fed by the session task's routing and, when the
 //! transport gives each request its own answer stream (Streamable HTTP), by that stream too
 //! ([`OwnStream`]). A parked call may let its stream go and pick it up again at its retry
-//! ([`Events::release`], [`Events::resume`]); a finished call's stream is read to its end when
-//! it is dropped, so its connection can be used again.
+//! ([`Events::release`], [`Events::resume`]), waiting until the backend carries it again
+//! before the retry's answers go out ([`Events::attached`]); a finished call's stream is read to
+//! its end when it is dropped, so its connection can be used again.
 
 use super::transport::{Inbound, Mark};
 use super::{CALL_EVENTS, CallEvent, Session};
@@ -11,7 +12,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// How long a finished call's answer stream may take to end on its own.
 const DRAIN: Duration = Duration::from_secs(2);
@@ -98,6 +99,7 @@ impl Events {
             return false;
         }
         own.pump = None;
+        own.attaching = None;
         // Nothing will come on the stream's channel any more: a parked call keeps none.
         own.rx = None;
         own.released = true;
@@ -105,7 +107,8 @@ impl Events {
     }
 
     /// Picks the answer stream up again after [`Events::release`], from the last event the
-    /// call received.
+    /// call received. The pick-up goes out when the call next waits for events, or at once
+    /// with [`Events::attached`].
     pub fn resume(&mut self) {
         let Some(own) = self.own.as_deref_mut() else {
             return;
@@ -121,10 +124,35 @@ impl Events {
             return;
         };
         let (sink, rx) = mpsc::channel(CALL_EVENTS);
+        let (attached, attaching) = oneshot::channel();
         own.rx = Some(rx);
         own.streaming = true;
         own.released = false;
-        own.pump = Some(direct.resume(own.id.clone(), last, sink, mark));
+        own.attaching = Some(attaching);
+        own.pump = Some(direct.resume(own.id.clone(), last, sink, mark, attached));
+    }
+
+    /// Waits until the stream [`Events::resume`] picks up is attached again: the backend has
+    /// answered the pick-up with the stream, so whatever it writes for the call from then on
+    /// reaches the call. A backend that keeps nothing for a stream while no connection carries
+    /// it would lose, say, the result it writes as soon as it has the client's answer. At once
+    /// when no pick-up is under way; also over when the pick-up gives up (the call hears why).
+    pub async fn attached(&mut self) {
+        let Some(own) = self.own.as_deref_mut() else {
+            return;
+        };
+        let Some(mut attaching) = own.attaching.take() else {
+            return;
+        };
+        tokio::select! {
+            biased;
+            // Polled here, the pump sends the pick-up; what the stream then carries waits in
+            // its channel for the call's next `recv`.
+            _ = async { own.pump.as_mut().expect("guarded").await }, if own.pump.is_some() => {
+                own.pump = None;
+            }
+            _ = &mut attaching => {}
+        }
     }
 }
 
@@ -170,6 +198,8 @@ pub(super) struct OwnStream {
     mark: Option<Mark>,
     /// The stream was let go while the call is parked ([`Events::release`]).
     released: bool,
+    /// Told once a pick-up ([`Events::resume`]) has the stream again; dropped if it gives up.
+    attaching: Option<oneshot::Receiver<()>>,
     /// Sends the request and reads its answer into `rx`; polled while the call waits for events.
     pump: Option<BoxFuture<'static, ()>>,
     /// What the pump delivers; `None` while the stream is let go.
@@ -206,6 +236,7 @@ impl OwnStream {
             streaming: true,
             mark,
             released: false,
+            attaching: None,
             pump: Some(pump),
             rx: Some(rx),
             session,

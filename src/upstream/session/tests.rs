@@ -45,6 +45,7 @@ impl Direct for Scripted {
         _last: String,
         _sink: mpsc::Sender<Box<Inbound>>,
         _mark: Mark,
+        _attached: tokio::sync::oneshot::Sender<()>,
     ) -> BoxFuture<'static, ()> {
         Box::pin(async {})
     }

@@ -7,7 +7,7 @@ use crate::jsonrpc::{Id, Message};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// What a transport hands the session task.
 #[derive(Debug)]
@@ -76,12 +76,15 @@ pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
         mark: Option<Mark>,
     ) -> BoxFuture<'static, ()>;
     /// Picks up request `id`'s answer stream after event `last`, as [`Direct::post`] reads it.
+    /// `attached` is sent once the backend has taken the pick-up (its stream's head is in),
+    /// and dropped unsent if the pick-up gives up first.
     fn resume(
         &self,
         id: Id,
         last: String,
         sink: mpsc::Sender<Box<Inbound>>,
         mark: Mark,
+        attached: oneshot::Sender<()>,
     ) -> BoxFuture<'static, ()>;
     /// Sends a message that opens no answer stream (an answer to the backend, a notification)
     /// straight from the caller. An error means the session is gone.
