@@ -5,7 +5,7 @@ use crate::app;
 use crate::config::{Config, LogFormat};
 use crate::shard::Shards;
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Exit status for a bad config or bad usage (EX_USAGE).
@@ -26,12 +26,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the gateway.
     Serve {
-        #[arg(long, short)]
+        /// The config file (TOML, see docs/configuration.md)
+        #[arg(long, short, value_name = "FILE")]
         config: PathBuf,
     },
-    /// Validate a config and print the resolved settings.
+    /// Check a config as `serve` would, and print the resolved settings.
     Check {
-        #[arg(long, short)]
+        /// The config file to check (TOML, see docs/configuration.md)
+        #[arg(long, short, value_name = "FILE")]
         config: PathBuf,
     },
     /// Print a fresh requestState key for [state] keys.
@@ -56,7 +58,7 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Check { config } => match Config::load(&config) {
+        Command::Check { config } => match load(&config) {
             Ok(c) => {
                 print!("{}", c.describe());
                 println!("config OK");
@@ -79,7 +81,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         },
         Command::Health { url } => crate::probe::run(&url),
-        Command::Serve { config } => match Config::load(&config) {
+        Command::Serve { config } => match load(&config) {
             Ok(c) => serve(c, false),
             Err(e) => config_error(&e),
         },
@@ -102,6 +104,14 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
     }
+}
+
+/// The config file at `path`, valid and able to run here: `serve` and `check` refuse the same
+/// configs, so a config `check` passes is one `serve` starts with.
+fn load(path: &Path) -> Result<Config, crate::config::ConfigError> {
+    let config = Config::load(path)?;
+    config.check_host()?;
+    Ok(config)
 }
 
 fn config_error(e: &crate::config::ConfigError) -> ExitCode {

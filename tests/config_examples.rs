@@ -36,14 +36,20 @@ fn toml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 
 #[test]
 fn check_prints_resolved_settings_and_exits_zero() {
-    let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-        .args([
-            "check",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml"),
-        ])
-        .output()
-        .expect("run check");
+    // The example's stdio backend runs a program this machine need not have: `check` is
+    // shown the example with a program that is here in its place.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
+    let text = std::fs::read_to_string(example).expect("the example");
+    let program = "\"/usr/local/bin/weather-mcp\"";
+    assert!(text.contains(program), "the example's program moved");
+    if !std::path::Path::new("/usr/local/bin/weather-mcp").exists() {
+        let out = check_text("example-as-is", &text);
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("backend[0].command"), "{err}");
+    }
+    let here = format!("{:?}", env!("CARGO_BIN_EXE_mrtr-gateway"));
+    let out = check_text("example", &text.replace(program, &here));
     assert!(
         out.status.success(),
         "{}",
@@ -77,6 +83,242 @@ fn check_rejects_a_bad_config_with_exit_64_and_the_field() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("limits.max_json_depth"), "{err}");
+}
+
+/// `mrtr-gateway check` on a config `text` (written to a scratch file named after `name`).
+fn check_text(name: &str, text: &str) -> std::process::Output {
+    let path = std::env::temp_dir().join(format!("mrtr-check-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run check");
+    let _ = std::fs::remove_file(&path);
+    out
+}
+
+/// `mrtr-gateway serve` on a config `text`, once it has exited by itself: `None` if it was
+/// still running after a while (it started; it is stopped then).
+fn serve_until_exit(name: &str, text: &str) -> Option<std::process::Output> {
+    let path = std::env::temp_dir().join(format!("mrtr-serve-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start gateway");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let exited = loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break true,
+            _ if std::time::Instant::now() > deadline => break false,
+            _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    };
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("gateway output");
+    let _ = std::fs::remove_file(&path);
+    exited.then_some(out)
+}
+
+/// Asserts that `out` is a refused config: exit 64 and one line that names `field`.
+fn assert_refused(out: &std::process::Output, field: &str, case: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{case}: {err}");
+    assert_eq!(err.lines().count(), 1, "{case}: one line: {err}");
+    assert!(
+        err.contains(&format!("config error: {field}: ")),
+        "{case}: {err}"
+    );
+}
+
+#[test]
+fn check_and_serve_refuse_a_stdio_command_that_cannot_run() {
+    let dir = std::env::temp_dir().join(format!("mrtr-commands-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::write(dir.join("plain.txt"), "not a program\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |file: &str, mode: u32| {
+            std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        };
+        mode("run.sh", 0o755);
+        mode("plain.txt", 0o644);
+    }
+    let d = dir.display();
+    let backend = |lines: &str| format!("[[backend]]\nname = \"b\"\n{lines}\n");
+    let refused = [
+        (
+            "command = \"/nonexistent/weather-mcp\"".to_owned(),
+            "backend[0].command",
+        ),
+        (format!("command = \"{d}/plain.txt\""), "backend[0].command"),
+        (format!("command = \"{d}/sub\""), "backend[0].command"),
+        (
+            "command = \"mrtr-no-such-program\"".to_owned(),
+            "backend[0].command",
+        ),
+        ("command = \"./run.sh\"".to_owned(), "backend[0].command"),
+        (
+            format!("command = \"./run.sh\"\ncwd = \"{d}/sub\""),
+            "backend[0].command",
+        ),
+        (
+            format!("command = \"run.sh\"\nenv = {{ PATH = \"{d}/sub\" }}"),
+            "backend[0].command",
+        ),
+        (
+            format!("command = \"run.sh\"\ncwd = \"{d}/missing\""),
+            "backend[0].cwd",
+        ),
+    ];
+    for (lines, field) in &refused {
+        assert_refused(&check_text("command", &backend(lines)), field, lines);
+    }
+    let taken = [
+        "command = \"sh\"".to_owned(),
+        format!("command = \"{d}/run.sh\""),
+        format!("command = \"./run.sh\"\ncwd = \"{d}\""),
+        format!("command = \"run.sh\"\nenv = {{ PATH = \"{d}/sub:{d}\" }}"),
+    ];
+    for lines in &taken {
+        let out = check_text("command", &backend(lines));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{lines}: {err}");
+    }
+    // `serve` refuses what `check` refuses, before it listens: not at a backend's first call.
+    let out = serve_until_exit(
+        "command",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n{}",
+            backend("command = \"/nonexistent/weather-mcp\"")
+        ),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.expect("serve exits on a command that cannot run");
+    assert_refused(&out, "backend[0].command", "serve");
+}
+
+#[test]
+fn check_and_serve_refuse_listeners_that_share_an_address() {
+    // A port that was free a moment ago: two listeners on it are refused before either binds.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = |server: &str, admin: &str, internal: &str| {
+        format!(
+            "[server]\nlisten = \"{server}\"\n[admin]\nlisten = \"{admin}\"\n\
+             [fleet]\ninternal_listen = \"{internal}\"\nadvertise = \"10.0.0.7:8081\"\n\
+             [[backend]]\nname = \"b\"\nkind = \"builtin\"\n"
+        )
+    };
+    let same = format!("127.0.0.1:{port}");
+    let every = format!("0.0.0.0:{port}");
+    let refused = [
+        (config(&same, &same, "127.0.0.1:0"), "admin.listen"),
+        (config(&every, &same, "127.0.0.1:0"), "admin.listen"),
+        (
+            config(&same, "127.0.0.1:0", &every),
+            "fleet.internal_listen",
+        ),
+        (config("127.0.0.1:0", &same, &same), "fleet.internal_listen"),
+    ];
+    for (text, field) in &refused {
+        assert_refused(&check_text("listeners", text), field, text);
+    }
+    let out = check_text(
+        "listeners",
+        &config("127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = serve_until_exit("listeners", &config(&same, &same, "127.0.0.1:0"))
+        .expect("serve exits on listeners that share an address");
+    assert_refused(&out, "admin.listen", "serve");
+}
+
+#[test]
+fn check_prints_the_settings_as_plain_text() {
+    let out = check_text(
+        "plain",
+        &format!(
+            "[principal]\nsource = \"anonymous\"\n[state]\npark_ttl = \"90s\"\n\
+             coalesce_window = \"250ms\"\n[limits]\nmax_line_bytes = 8388608\n\
+             [admin]\nlisten = \"127.0.0.1:9090\"\n\
+             [[backend]]\nname = \"b\"\ncommand = {:?}\nargs = [\"legacy-server\", \"--http\"]\n\
+             env = {{ API_KEY = \"s3cret\" }}\n",
+            env!("CARGO_BIN_EXE_mrtr-gateway")
+        ),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "principal         anonymous (everyone is one principal)\n",
+        "park ttl          90s\n",
+        "coalesce window   250ms\n",
+        "admin             127.0.0.1:9090 (16 connections at most)\n",
+        "request bodies    1 MiB at most, JSON depth 64\n",
+        "backend messages  8 MiB at most\n",
+        "waits             queue 5s, backend round 60s, held roots 30s\n",
+        "(args legacy-server, --http; env API_KEY set)",
+    ] {
+        assert!(text.contains(line), "no `{}` in:\n{text}", line.trim_end());
+    }
+    // Rust debug output (`Limits { .. }`, `Anonymous`, `Some(..)`) is not for operators, and
+    // the values of a backend's `env` may be secrets.
+    for debug in ["{", "}", "Some(", "Anonymous", "Limits", "s3cret"] {
+        assert!(!text.contains(debug), "`{debug}` in:\n{text}");
+    }
+}
+
+#[test]
+fn check_blames_a_misspelt_kind_on_kind() {
+    for lines in [
+        "kind = \"htpp\"\nurl = \"http://127.0.0.1:8000/mcp\"",
+        "kind = \"stdoi\"\ncommand = \"sh\"",
+        "kind = \"biultin\"\nbuiltin_roots_on_init = true",
+    ] {
+        let out = check_text("kind", &format!("[[backend]]\nname = \"b\"\n{lines}\n"));
+        assert_refused(&out, "backend[0].kind", lines);
+    }
+}
+
+#[test]
+fn the_config_option_has_a_help_text() {
+    for command in ["check", "serve"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .args([command, "--help"])
+            .output()
+            .expect("run --help");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{command} --help: {help}");
+        let option = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("-c, --config"))
+            .unwrap_or_else(|| panic!("no --config in {command} --help: {help}"));
+        let text = option.split_once('>').map_or("", |(_, text)| text.trim());
+        assert!(
+            text.contains("config file"),
+            "{command} --help says what --config is: {help}"
+        );
+    }
 }
 
 #[test]

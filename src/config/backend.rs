@@ -55,6 +55,42 @@ pub struct Stdio {
     pub write_queue: usize,
 }
 
+/// The `kind` of a `[[backend]]`: which transport reaches it, and so which settings it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Stdio,
+    Http,
+    Sse,
+    Builtin,
+}
+
+impl Kind {
+    /// `kind`, `stdio` unless set.
+    fn parse(field: &dyn Fn(&str) -> String, text: Option<&str>) -> Result<Kind, ConfigError> {
+        match text.unwrap_or("stdio") {
+            "stdio" => Ok(Kind::Stdio),
+            "http" => Ok(Kind::Http),
+            "sse" => Ok(Kind::Sse),
+            "builtin" => Ok(Kind::Builtin),
+            other => Err(bad(
+                field("kind"),
+                format!("`{other}`: expected \"stdio\", \"http\", \"sse\" or \"builtin\""),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Stdio => "stdio",
+            Kind::Http => "http",
+            Kind::Sse => "sse",
+            Kind::Builtin => "builtin",
+        })
+    }
+}
+
 /// How a call waiting for input lives between rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
@@ -139,7 +175,8 @@ fn validate(
     check_name(field, &b.name)?;
     let path = path(field, b.path.as_deref(), lone_path)?;
     check_unique(field, &path, &b.name, others)?;
-    let kind = b.kind.as_deref().unwrap_or("stdio");
+    // First: a misspelt kind would otherwise be blamed on the settings of the kind meant.
+    let kind = Kind::parse(field, b.kind.as_deref())?;
     check_stdio_only(field, kind, &b)?;
     let builtin = builtin_options(field, kind, &b)?;
     check_http_only(field, kind, &b)?;
@@ -221,7 +258,7 @@ fn check_unique(
 /// The child process settings are refused on a backend that runs no child.
 fn check_stdio_only(
     field: &dyn Fn(&str) -> String,
-    kind: &str,
+    kind: Kind,
     b: &raw::Backend,
 ) -> Result<(), ConfigError> {
     let set = b.command.is_some()
@@ -230,7 +267,7 @@ fn check_stdio_only(
         || b.cwd.is_some()
         || b.max_stderr_line_bytes.is_some()
         || b.write_queue.is_some();
-    if kind != "stdio" && set {
+    if kind != Kind::Stdio && set {
         return Err(bad(
             field("command"),
             format!(
@@ -245,10 +282,10 @@ fn check_stdio_only(
 /// of backend, and its protocol must be one it speaks.
 fn builtin_options(
     field: &dyn Fn(&str) -> String,
-    kind: &str,
+    kind: Kind,
     b: &raw::Backend,
 ) -> Result<mrtr_fixture::Options, ConfigError> {
-    if kind != "builtin" && (b.builtin_protocol.is_some() || b.builtin_roots_on_init) {
+    if kind != Kind::Builtin && (b.builtin_protocol.is_some() || b.builtin_roots_on_init) {
         return Err(bad(
             field("builtin_protocol"),
             format!(
@@ -276,10 +313,10 @@ fn builtin_options(
 /// on any but an `http` one.
 fn check_http_only(
     field: &dyn Fn(&str) -> String,
-    kind: &str,
+    kind: Kind,
     b: &raw::Backend,
 ) -> Result<(), ConfigError> {
-    if matches!(kind, "http" | "sse") {
+    if matches!(kind, Kind::Http | Kind::Sse) {
         return Ok(());
     }
     let set = b.url.is_some()
@@ -321,18 +358,18 @@ fn stream_setting(b: &raw::Backend) -> Option<&'static str> {
 /// How the backend is reached, by `kind`.
 fn transport(
     field: &dyn Fn(&str) -> String,
-    kind: &str,
+    kind: Kind,
     b: &raw::Backend,
     builtin: mrtr_fixture::Options,
     principal: &PrincipalSource,
 ) -> Result<Transport, ConfigError> {
     match kind {
-        "stdio" => Ok(Transport::Stdio(stdio(field, b)?)),
-        "builtin" => Ok(Transport::Builtin(builtin)),
-        "http" => Ok(Transport::Http(http_backend::validate(
+        Kind::Stdio => Ok(Transport::Stdio(stdio(field, b)?)),
+        Kind::Builtin => Ok(Transport::Builtin(builtin)),
+        Kind::Http => Ok(Transport::Http(http_backend::validate(
             field, b, principal,
         )?)),
-        "sse" => {
+        Kind::Sse => {
             if let Some(name) = stream_setting(b) {
                 return Err(bad(
                     field(name),
@@ -341,10 +378,6 @@ fn transport(
             }
             Ok(Transport::Sse(http_backend::validate(field, b, principal)?))
         }
-        other => Err(bad(
-            field("kind"),
-            format!("`{other}`: expected \"stdio\", \"http\", \"sse\" or \"builtin\""),
-        )),
     }
 }
 

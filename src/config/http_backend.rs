@@ -46,13 +46,21 @@ pub enum Authorization {
     Replace(http::HeaderValue),
 }
 
-impl std::fmt::Debug for Authorization {
+/// As `check` prints it: the setting, never the credential.
+impl std::fmt::Display for Authorization {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Authorization::Drop => "drop",
             Authorization::Pass => "pass",
             Authorization::Replace(_) => "replace (configured credential)",
         })
+    }
+}
+
+/// The same text: a credential must not reach a log through `{:?}` either.
+impl std::fmt::Debug for Authorization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 

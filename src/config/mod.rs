@@ -4,14 +4,17 @@
 //! This file holds the validated types the rest of the gateway reads. The way there:
 //! [`raw`] (the file as written) -> `validate` (one function per section) -> [`Config`];
 //! `backend`, `http_backend` and `tls` check the `[[backend]]` tables, `env` the `MRTR_*`
-//! overrides and the key ring, `address` the `host:port` form, and `describe` prints the result
-//! for `check`. Configuration sits below everything else and imports nothing from above it.
+//! overrides and the key ring, `address` the `host:port` form, `host` whether the stdio
+//! backends' programs are there to run (for `serve` and `check`), and `describe` prints the
+//! result for `check`. Configuration sits below everything else and imports nothing from above
+//! it.
 
 mod address;
 mod backend;
 mod check;
 mod describe;
 mod env;
+mod host;
 mod http_backend;
 pub mod raw;
 mod tls;

@@ -1,10 +1,13 @@
 //! Whole configs through `Config::parse`: the defaults, errors that name their field, the
-//! `[fleet]` section and keys from the environment. The `[[backend]]` tables are tested in
-//! `backend`, their TLS files in `tls`.
+//! `[fleet]` section, the listeners against each other, keys from the environment and what
+//! `check` prints. The `[[backend]]` tables are tested in `backend`, their TLS files in `tls`,
+//! whether a stdio backend's program can run in `host`.
 
 mod backend;
+mod host;
 mod tls;
 
+use super::describe::{bytes, duration};
 use super::{Config, Policy, PrincipalSource};
 use crate::seal::Key;
 use std::time::Duration;
@@ -159,4 +162,109 @@ fn environment_keys_override_the_file() {
     let c = Config::parse(MINIMAL, Some(&format!("envk:{secret}"))).unwrap();
     assert!(!c.state.ephemeral);
     assert_eq!(c.state.keys.sealing_key_id(), "envk");
+}
+
+#[test]
+fn each_listener_needs_an_address_of_its_own() {
+    let listeners = |server: &str, admin: &str, internal: &str| {
+        Config::parse(
+            &format!(
+                "[server]\nlisten = \"{server}\"\n[admin]\nlisten = \"{admin}\"\n\
+                 [fleet]\ninternal_listen = \"{internal}\"\nadvertise = \"10.0.0.7:8081\"\n{MINIMAL}"
+            ),
+            None,
+        )
+    };
+    let refused = [
+        (
+            "127.0.0.1:8080",
+            "127.0.0.1:8080",
+            "127.0.0.1:8081",
+            "admin.listen",
+        ),
+        (
+            "0.0.0.0:8080",
+            "127.0.0.1:8080",
+            "127.0.0.1:8081",
+            "admin.listen",
+        ),
+        (
+            "127.0.0.1:8080",
+            "[::]:8080",
+            "127.0.0.1:8081",
+            "admin.listen",
+        ),
+        (
+            "127.0.0.1:8080",
+            "127.0.0.1:9090",
+            "127.0.0.1:8080",
+            "fleet.internal_listen",
+        ),
+        (
+            "127.0.0.1:8080",
+            "10.0.0.7:9090",
+            "0.0.0.0:9090",
+            "fleet.internal_listen",
+        ),
+    ];
+    for (server, admin, internal, field) in refused {
+        let err = listeners(server, admin, internal).unwrap_err();
+        assert_eq!(err.field, field, "{server} {admin} {internal}: {err}");
+        assert!(err.reason.contains("clashes with"), "{err}");
+    }
+    let taken = [
+        // Port 0: each listener gets a free port of its own.
+        ("127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"),
+        ("0.0.0.0:8080", "0.0.0.0:9090", "0.0.0.0:8081"),
+        ("127.0.0.1:8080", "10.0.0.7:8080", "[::1]:8080"),
+    ];
+    for (server, admin, internal) in taken {
+        let c = listeners(server, admin, internal);
+        assert!(c.is_ok(), "{server} {admin} {internal}: {:?}", c.err());
+    }
+}
+
+#[test]
+fn check_prints_durations_sizes_and_lists_as_plain_text() {
+    assert_eq!(duration(Duration::ZERO), "0s");
+    assert_eq!(duration(Duration::from_secs(120)), "120s");
+    assert_eq!(duration(Duration::from_millis(1500)), "1500ms");
+    assert_eq!(duration(Duration::from_micros(250)), "250us");
+    assert_eq!(duration(Duration::from_nanos(7)), "7ns");
+    assert_eq!(bytes(0), "0 bytes");
+    assert_eq!(bytes(1536), "1536 bytes");
+    assert_eq!(bytes(16 * 1024), "16 KiB");
+    assert_eq!(bytes(4 << 20), "4 MiB");
+    assert_eq!(bytes(2 << 30), "2 GiB");
+    let c = Config::parse(
+        "[server]\nallowed_origins = [\"https://a.example\", \"https://b.example\"]\n\
+         [principal]\nsource = \"header\"\nheader = \"X-User\"\n\
+         [state]\npark_ttl = \"1500ms\"\ncoalesce_window = \"0s\"\n\
+         [limits]\nmax_body_bytes = 2097152\nmax_json_depth = 32\nmax_line_bytes = 1536\n\
+         max_parked_per_principal = 8\nmax_parked_total = 100\nqueue_wait = \"2s\"\n\
+         request_timeout = \"90s\"\nheld_roots_wait = \"250ms\"\n\
+         [[backend]]\nname = \"b\"\ncommand = \"server\"\nargs = [\"--stdio\", \"-v\"]\n\
+         env = { TOKEN = \"s3cret\" }\nreplay_tools = { pay = \"replay\" }\n",
+        None,
+    )
+    .unwrap();
+    let text = c.describe();
+    for line in [
+        "allowed origins   https://a.example, https://b.example\n",
+        "principal         a digest of the x-user header\n",
+        "park ttl          1500ms\n",
+        "coalesce window   0s\n",
+        "request bodies    2 MiB at most, JSON depth 32\n",
+        "backend messages  1536 bytes at most\n",
+        "parked calls      8 per principal, 100 in all\n",
+        "input requests    32 per call\n",
+        "waits             queue 2s, backend round 90s, held roots 250ms\n",
+        "-> stdio server (args --stdio, -v; env TOKEN set) (pool 16, idle 300s, asks 2025-11-25, policy hold (pay: replay))\n",
+    ] {
+        assert!(text.contains(line), "no `{}` in:\n{text}", line.trim_end());
+    }
+    // Debug output would show braces, `Some(..)`, type names; the value of `env` is never shown.
+    for debug in ["{", "}", "Some(", "Header(", "Limits", "s3cret"] {
+        assert!(!text.contains(debug), "`{debug}` in:\n{text}");
+    }
 }

@@ -16,11 +16,18 @@ pub struct Ca {
     pub roots: Arc<rustls::RootCertStore>,
 }
 
-impl std::fmt::Debug for Ca {
+/// The file and how many roots it holds, as `check` prints it.
+impl std::fmt::Display for Ca {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.roots.len();
         let s = if n == 1 { "" } else { "s" };
         write!(f, "{} ({n} root{s})", self.path.display())
+    }
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 
@@ -33,9 +40,16 @@ pub struct ClientCert {
     pub key: Arc<rustls::sign::CertifiedKey>,
 }
 
-impl std::fmt::Debug for ClientCert {
+/// The certificate's file, as `check` prints it; the key is never shown.
+impl std::fmt::Display for ClientCert {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.path.display())
+    }
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 

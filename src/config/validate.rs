@@ -1,7 +1,8 @@
 //! Raw -> [`Config`]: reading the file, then one function per section, each filling in its
-//! defaults and refusing what is out of range. Sections are checked in the order they are
-//! read below, so the first error a file has is the one reported. The `[[backend]]` tables are
-//! checked in `backend`.
+//! defaults and refusing what is out of range, then the listeners against each other. Sections
+//! are checked in the order they are read below, so the first error a file has is the one
+//! reported. The `[[backend]]` tables are checked in `backend`; whether their programs can run
+//! on this machine, in `host`.
 
 use super::check::{in_range, mcp_path, positive};
 use super::env::{self, ADVERTISE_ENV, KEYS_ENV};
@@ -18,7 +19,8 @@ use std::time::Duration;
 const MAX_WORKER_THREADS: usize = 256;
 
 impl Config {
-    /// Reads, parses and validates a config file.
+    /// Reads, parses and validates a config file. Whether its backends' programs can run on
+    /// this machine is [`Config::check_host`], which `serve` and `check` run next.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
@@ -47,6 +49,7 @@ impl Config {
         let cache = cache(&raw.cache)?;
         let log = log(&raw.log)?;
         let admin = admin(&raw.admin)?;
+        distinct_listeners(&server, &admin, &fleet)?;
         let backends = backend::validate_all(raw.backends, &default_path, &principal)?;
         Ok(Config {
             server,
@@ -339,6 +342,40 @@ fn admin(raw: &raw::Admin) -> Result<Admin, ConfigError> {
         listen,
         max_connections: positive("admin.max_connections", raw.max_connections, 16)?,
     })
+}
+
+/// The MCP, admin and internal listeners each need an address of their own: two on one port
+/// would fail to bind, or (with address reuse) split one listener's connections with the other.
+/// Port 0 asks for a free port, a different one for each.
+fn distinct_listeners(server: &Server, admin: &Admin, fleet: &Fleet) -> Result<(), ConfigError> {
+    let listeners = [
+        ("server.listen", Some(server.listen)),
+        ("admin.listen", admin.listen),
+        ("fleet.internal_listen", fleet.internal_listen),
+    ];
+    let listeners: Vec<(&str, SocketAddr)> = listeners
+        .into_iter()
+        .filter_map(|(field, addr)| Some((field, addr?)))
+        .collect();
+    for (i, (field, addr)) in listeners.iter().enumerate() {
+        if let Some((earlier, taken)) = listeners[..i].iter().find(|(_, a)| overlap(*a, *addr)) {
+            return Err(bad(
+                *field,
+                format!(
+                    "`{addr}` clashes with {earlier} (`{taken}`): one port on the same address, or on every address (0.0.0.0, ::); give each listener an address of its own"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether two listeners would claim the same socket: one port (not 0), and the same address
+/// or an unspecified one (`0.0.0.0`, `::`), which takes the port on every address.
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// Validates `[fleet]`; `state_owner` is the older name of `replica_id`.

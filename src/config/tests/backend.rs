@@ -148,3 +148,19 @@ fn builtin_settings_are_checked_and_only_for_builtin_backends() {
         );
     }
 }
+
+#[test]
+fn a_bad_kind_is_blamed_on_kind_whatever_else_is_set() {
+    let parse = |extra: &str| Config::parse(&format!("[[backend]]\nname = \"b\"\n{extra}"), None);
+    for extra in [
+        "kind = \"htpp\"\nurl = \"http://x/mcp\"\n",
+        "kind = \"htpp\"\nurl = \"http://x/mcp\"\nstandalone_stream = false\n",
+        "kind = \"stdoi\"\ncommand = \"srv\"\n",
+        "kind = \"biultin\"\nbuiltin_roots_on_init = true\n",
+        "kind = \"HTTP\"\n",
+    ] {
+        let err = parse(extra).unwrap_err();
+        assert_eq!(err.field, "backend[0].kind", "{extra}: {err}");
+        assert!(err.reason.contains("expected \"stdio\""), "{err}");
+    }
+}
