@@ -106,14 +106,17 @@ impl Running {
     }
 
     /// Runs until SIGINT or SIGTERM, drains for `fleet.drain_grace` (a second signal cuts it
-    /// short), then shuts down.
+    /// short), then shuts down. SIGHUP is logged and ignored throughout.
     pub async fn until_signal(self) {
-        wait_for_signal().await;
+        // Before the first await: the accept loop shares this thread, so no request is served
+        // before the handlers are in place.
+        let mut signals = Signals::new();
+        signals.stop().await;
         tracing::info!("shutdown signal received; draining");
         let grace = self.bridge.config.fleet.drain_grace;
         tokio::select! {
             _ = self.drain(grace) => {}
-            _ = wait_for_signal() => tracing::info!("second signal: shutting down now"),
+            _ = signals.stop() => tracing::info!("second signal: shutting down now"),
         }
         self.shutdown().await;
     }
@@ -252,18 +255,55 @@ async fn accept_loop(
     }
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
+/// The signals a served gateway answers, handled from the moment they are made. SIGHUP is
+/// among them so that it does not kill the process (its default action): a closed terminal or
+/// a reload sent by habit would otherwise end every parked call without a drain, and orphan
+/// stdio children that do not exit at once.
+#[cfg(unix)]
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn new() -> Signals {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            interrupt: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+            hangup: signal(SignalKind::hangup()).expect("SIGHUP handler"),
         }
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+
+    /// Returns at the next SIGTERM or SIGINT.
+    async fn stop(&mut self) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return,
+                _ = self.interrupt.recv() => return,
+                _ = self.hangup.recv() => {
+                    tracing::info!("SIGHUP received: reload is not supported yet; ignored");
+                }
+            }
+        }
+    }
+}
+
+/// Without Unix signals, Ctrl-C is the one way to stop.
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn new() -> Signals {
+        Signals
+    }
+
+    async fn stop(&mut self) {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Logs to stderr; `RUST_LOG` wins over the configured level. Text logs are coloured only on a

@@ -461,6 +461,41 @@ async fn backend_errors_in_the_range_the_specification_keeps_become_internal_err
     gw.stop().await;
 }
 
+/// A legacy backend's -32021 that names what it needs in `data.requiredCapabilities` (an object)
+/// means what 2026-07-28 means by the code: it passes as -32021 with status 400, as the gateway's
+/// own does, its message and data as the backend wrote them. Any other -32021 is mapped as before.
+#[tokio::test]
+async fn a_backend_missing_capability_error_that_names_them_passes_as_400() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let data = json!({"requiredCapabilities": {"sampling": {"tools": {}}}});
+    let r = c
+        .call_tool(
+            "fail",
+            json!({"code": -32021, "message": "needs sampling with tools", "data": data}),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32021, "{:#}", r.body);
+    assert_eq!(r.status, 400, "2026-07-28 gives -32021 status 400");
+    assert_eq!(r.error_message(), "needs sampling with tools");
+    assert_eq!(r.body["error"]["data"], data);
+    for data in [
+        json!({"requiredCapabilities": ["sampling"]}),
+        json!({"requiredCapabilities": "sampling"}),
+        json!({"needs": {"sampling": {}}}),
+        json!("requiredCapabilities"),
+    ] {
+        let r = c
+            .call_tool("fail", json!({"code": -32021, "data": data}), &json!({}))
+            .await;
+        assert_eq!(r.error_code(), -32603, "data {data}: {:#}", r.body);
+        assert_eq!(r.status, 200, "data {data}");
+        assert_eq!(r.body["error"]["data"], data);
+    }
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn url_elicitation_required_without_the_capability_is_a_missing_capability_error() {
     let gw = Gateway::start().await;

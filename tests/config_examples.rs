@@ -489,17 +489,8 @@ fn serve_runs_as_many_shards_as_configured_and_stops_them_on_sigterm() {
             seen = shard_threads(child.id());
         }
         let answer = addr.as_deref().map(echo_call).unwrap_or_default();
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        let exited = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                _ if std::time::Instant::now() > deadline => break None,
-                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
-            }
-        };
+        send("TERM", &child);
+        let exited = exit_within(&mut child, std::time::Duration::from_secs(15));
         if exited.is_none() {
             let _ = child.kill();
             let _ = child.wait();
@@ -514,6 +505,89 @@ fn serve_runs_as_many_shards_as_configured_and_stops_them_on_sigterm() {
         let status = exited.expect("the gateway exits on SIGTERM, its shards stopped");
         assert!(status.success(), "exit status {status}");
     }
+}
+
+/// Sends `signal` (`HUP`, `TERM`) to `child`.
+#[cfg(target_os = "linux")]
+fn send(signal: &str, child: &std::process::Child) {
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status();
+}
+
+/// `child`'s exit status, if it exits within `limit`.
+#[cfg(target_os = "linux")]
+fn exit_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            _ if std::time::Instant::now() > deadline => return None,
+            _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Until config reload exists, SIGHUP (a terminal closed, or a reload by habit) must not kill
+/// the gateway: it is logged and ignored, requests are still served, and SIGTERM still drains
+/// and exits 0.
+#[cfg(target_os = "linux")]
+#[test]
+fn sighup_is_logged_and_ignored_and_sigterm_still_drains() {
+    let log_path = std::env::temp_dir().join(format!("mrtr-sighup-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (mut child, addr, path) = serve_logging_to(
+        "sighup",
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\
+         [fleet]\ndrain_grace = \"1s\"\n[log]\nlevel = \"info\"\n\
+         [[backend]]\nname = \"b\"\nkind = \"builtin\"\n",
+        log.into(),
+        None,
+    );
+    // The accept loop runs on the thread that waits for signals, and only once it waits: an
+    // answered request means SIGHUP is handled from now on.
+    let before = addr.as_deref().map(echo_call).unwrap_or_default();
+    send("HUP", &child);
+    let logged = |logs: &str| logs.contains("reload is not supported yet; ignored");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut logs = String::new();
+    while !logged(&logs)
+        && std::time::Instant::now() < deadline
+        && matches!(child.try_wait(), Ok(None))
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    }
+    let hung_up = child.try_wait().ok().flatten();
+    let after = match (&addr, hung_up) {
+        (Some(addr), None) => echo_call(addr),
+        _ => String::new(),
+    };
+    send("TERM", &child);
+    let exited = exit_within(&mut child, std::time::Duration::from_secs(15));
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_file(&path);
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    assert!(addr.is_some(), "the gateway did not start");
+    assert!(
+        before.starts_with("HTTP/1.1 200"),
+        "before SIGHUP: {before}"
+    );
+    assert!(hung_up.is_none(), "SIGHUP killed the gateway: {hung_up:?}");
+    assert!(logged(&logs), "SIGHUP is logged: {logs}");
+    assert!(
+        after.starts_with("HTTP/1.1 200") && after.contains("on a shard"),
+        "served after SIGHUP: {after}"
+    );
+    let status = exited.expect("the gateway exits on SIGTERM");
+    assert!(status.success(), "exit status {status}");
 }
 
 /// Context switches of one thread of `pid` so far.

@@ -485,16 +485,27 @@ pub(crate) fn shutting_down() -> ErrorObject {
 }
 
 /// A backend's error answer, as a 2026-07-28 server may send it: resource not found (-32002)
-/// becomes -32602, as 2026-07-28 says it; any other code in the range the specification keeps for
-/// itself (-32020 to -32099: the legacy backend cannot mean what 2026-07-28 defines there, and
-/// -32042 is no longer a code) becomes -32603, with the backend's message and data.
+/// becomes -32602, as 2026-07-28 says it; a missing client capability (-32021) that names what
+/// it needs in `data.requiredCapabilities` passes as it is, since it means just what 2026-07-28
+/// means by it; any other code in the range the specification keeps for itself (-32020 to
+/// -32099: the legacy backend cannot mean what 2026-07-28 defines there, and -32042 is no longer
+/// a code) becomes -32603, with the backend's message and data.
 pub(crate) fn backend_error(mut e: ErrorObject) -> ErrorObject {
-    if e.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
-        e.code = INVALID_PARAMS;
-    } else if (-32099..=-32020).contains(&e.code) {
-        e.code = jsonrpc::INTERNAL_ERROR;
+    match e.code {
+        jsonrpc::LEGACY_RESOURCE_NOT_FOUND => e.code = INVALID_PARAMS,
+        jsonrpc::MISSING_CLIENT_CAPABILITY if names_required_capabilities(&e) => {}
+        -32099..=-32020 => e.code = jsonrpc::INTERNAL_ERROR,
+        _ => {}
     }
     e
+}
+
+/// The data 2026-07-28 gives a -32021: an object of the capabilities the client must declare.
+fn names_required_capabilities(e: &ErrorObject) -> bool {
+    e.data
+        .as_ref()
+        .and_then(|data| data.get("requiredCapabilities"))
+        .is_some_and(Value::is_object)
 }
 
 /// A backend that failed while serving a request; `when` (e.g. " during the call") says at
@@ -528,6 +539,22 @@ mod tests {
         assert_eq!(code(-32019), -32019);
         assert_eq!(code(-32100), -32100);
         assert_eq!(code(-32601), -32601);
+    }
+
+    #[test]
+    fn backend_missing_capability_passes_only_when_it_names_them() {
+        let code = |data: Value| {
+            backend_error(ErrorObject::new(jsonrpc::MISSING_CLIENT_CAPABILITY, "m").with_data(data))
+                .code
+        };
+        let needs = json!({"requiredCapabilities": {"roots": {}}});
+        assert_eq!(code(needs), jsonrpc::MISSING_CLIENT_CAPABILITY);
+        let other = json!({"requiredCapabilities": ["roots"]});
+        assert_eq!(code(other), jsonrpc::INTERNAL_ERROR);
+        assert_eq!(code(json!({"roots": {}})), jsonrpc::INTERNAL_ERROR);
+        assert_eq!(code(json!(null)), jsonrpc::INTERNAL_ERROR);
+        let bare = ErrorObject::new(jsonrpc::MISSING_CLIENT_CAPABILITY, "m");
+        assert_eq!(backend_error(bare).code, jsonrpc::INTERNAL_ERROR);
     }
 
     #[test]

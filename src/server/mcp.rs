@@ -224,7 +224,7 @@ fn check_request(
         // A legacy client's handshake: tell it which version this endpoint speaks.
         None if method == "initialize" => {
             let asked = params.get("protocolVersion").and_then(Value::as_str);
-            return Err(unsupported(id, asked.unwrap_or("unknown")));
+            return Err(handshake(id, asked.unwrap_or("unknown")));
         }
         None => return Err(mismatch("MCP-Protocol-Version header is required".into())),
     };
@@ -302,6 +302,21 @@ fn unsupported(id: &Id, requested: &str) -> Refusal {
         format!("protocol version `{requested}` is not supported"),
     )
     .with_data(json!({"supported": [MODERN], "requested": requested}))
+}
+
+/// 400 with -32022 for a legacy `initialize`. Asking for another version, it is told that
+/// version is not spoken here; asking for 2026-07-28, it is told what is wrong instead, since
+/// 2026-07-28 is supported and has no handshake. The data is that of any version refused.
+fn handshake(id: &Id, requested: &str) -> Refusal {
+    let mut refusal = unsupported(id, requested);
+    if requested == MODERN {
+        refusal.error.message = format!(
+            "`initialize` is a legacy handshake this endpoint does not serve: {MODERN} has no \
+             `initialize`; send each request with the `MCP-Protocol-Version: {MODERN}` and \
+             `Mcp-Method` headers, and its protocol version and client capabilities in `_meta`"
+        );
+    }
+    refusal
 }
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, String> {
