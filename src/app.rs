@@ -4,7 +4,7 @@
 
 use crate::bridge::Bridge;
 use crate::config::{Config, LogFormat};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::server::admin::{self, Admin};
 use crate::server::{internal, listener, mcp};
 use crate::shard::Shards;
@@ -232,11 +232,13 @@ async fn accept_loop(
     let limits = listener::Limits {
         name: "mcp",
         max_connections,
+        max_per_address: bridge.config.server.max_connections_per_address,
         header_read_timeout: bridge.config.server.header_timeout,
         write_timeout: bridge.config.server.write_timeout,
     };
     let engine = bridge.clone();
-    let connections = listener::serve(listener, limits, &shards, stop, move |req, _| {
+    let metrics = bridge.metrics.listener(Listener::Mcp);
+    let connections = listener::serve(listener, limits, &shards, metrics, stop, move |req, _| {
         mcp::serve(engine.clone(), req)
     })
     .await;

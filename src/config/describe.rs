@@ -23,6 +23,11 @@ impl Config {
         let _ = writeln!(s, "worker threads    {}", self.server.worker_threads);
         let _ = writeln!(
             s,
+            "connections       {} at once, {} per address",
+            self.server.max_connections, self.server.max_connections_per_address
+        );
+        let _ = writeln!(
+            s,
             "client timeouts   head {:?}, body {:?}, write {:?}",
             self.server.header_timeout, self.server.body_timeout, self.server.write_timeout
         );

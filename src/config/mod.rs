@@ -71,6 +71,9 @@ pub struct Server {
     /// Exact `Origin` values allowed; empty means loopback origins only; `*` allows any.
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
+    /// Connections one client address may have open at once (MCP and internal listeners); at
+    /// `max_connections`, no cap of its own.
+    pub max_connections_per_address: usize,
     pub shutdown_grace: Duration,
     /// How long a client connection may take to send a request head, and so how long an idle
     /// keep-alive connection stays open (MCP and internal listeners).

@@ -55,6 +55,10 @@ pub struct Server {
     pub allowed_origins: Option<Vec<String>>,
     /// Client connections open at once (default 1024).
     pub max_connections: Option<usize>,
+    /// Client connections one address may have open at once, on this listener and on the
+    /// internal one (default a sixteenth of `max_connections`, at least 4); `max_connections`
+    /// lifts the cap.
+    pub max_connections_per_address: Option<usize>,
     /// After the drain, time left for running calls and connections (default 10 s).
     #[serde(default, with = "humantime_serde")]
     pub shutdown_grace: Option<Duration>,

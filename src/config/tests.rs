@@ -160,3 +160,37 @@ fn environment_keys_override_the_file() {
     assert!(!c.state.ephemeral);
     assert_eq!(c.state.keys.sealing_key_id(), "envk");
 }
+
+#[test]
+fn one_address_gets_a_sixteenth_of_the_connections_unless_configured() {
+    let c = Config::parse(MINIMAL, None).unwrap();
+    assert_eq!(c.server.max_connections_per_address, 64, "1024 / 16");
+    assert!(
+        c.describe()
+            .contains("connections       1024 at once, 64 per address\n")
+    );
+    let per_address = |server: &str| {
+        Config::parse(&format!("[server]\n{server}\n{MINIMAL}"), None)
+            .map(|c| c.server.max_connections_per_address)
+    };
+    assert_eq!(per_address("max_connections = 20000").unwrap(), 1250);
+    assert_eq!(
+        per_address("max_connections = 32").unwrap(),
+        4,
+        "at least 4"
+    );
+    assert_eq!(
+        per_address("max_connections = 2").unwrap(),
+        2,
+        "no more than all"
+    );
+    let lifted = "max_connections = 100\nmax_connections_per_address = 100";
+    assert_eq!(per_address(lifted).unwrap(), 100);
+    for refused in [
+        "max_connections_per_address = 0",
+        "max_connections = 100\nmax_connections_per_address = 101",
+    ] {
+        let err = per_address(refused).unwrap_err();
+        assert_eq!(err.field, "server.max_connections_per_address", "{err}");
+    }
+}

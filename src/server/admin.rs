@@ -9,6 +9,7 @@ use super::Body;
 use super::listener::{self, Limits};
 use super::respond::text;
 use crate::bridge::Bridge;
+use crate::metrics::Listener;
 use crate::shard::Shards;
 use http::{Method, StatusCode, header};
 use prometheus_client::registry::Registry;
@@ -72,10 +73,13 @@ pub async fn serve(
     let limits = Limits {
         name: "admin",
         max_connections,
+        // Probes come from the node and scrapes from one scraper: no cap per address.
+        max_per_address: max_connections,
         header_read_timeout: Duration::from_secs(10),
         write_timeout: Duration::from_secs(10),
     };
-    let connections = listener::serve(listener, limits, &shards, stop, move |req, _| {
+    let metrics = admin.bridge.metrics.listener(Listener::Admin);
+    let connections = listener::serve(listener, limits, &shards, metrics, stop, move |req, _| {
         admin
             .clone()
             .respond(req.method().clone(), req.uri().path().to_owned())

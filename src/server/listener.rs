@@ -1,12 +1,17 @@
 //! The one accept loop behind every listener (the MCP endpoint, the internal hop, the admin
-//! port): at most `max_connections` open at once, HTTP/1.1 with a header deadline, a back-off
-//! when accepting fails (out of descriptors), and on `stop` each connection finishes the
-//! request in flight. The caller gets the connections back to decide how long to wait for them.
+//! port): at most `max_connections` open at once and at most `max_per_address` from one client
+//! address ([`addresses`]), HTTP/1.1 with a header deadline, a back-off when accepting fails
+//! (out of descriptors), and on `stop` each connection finishes the request in flight. The
+//! caller gets the connections back to decide how long to wait for them.
 //! Each connection runs on a shard ([`Shards`]) as an [`Inline`](crate::wake::Inline) task:
 //! the hand-overs between its halves do not go through the runtime's queue.
 
+mod addresses;
+
 use super::Body;
+use crate::metrics::{ListenerMetrics, Shed};
 use crate::shard::Shards;
+use addresses::{Addresses, Admitted};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -14,10 +19,11 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 /// How a listener serves its connections.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +31,9 @@ pub struct Limits {
     /// Shown in logs.
     pub name: &'static str,
     pub max_connections: usize,
+    /// Connections one client address may have open; one more is closed as soon as it is
+    /// accepted. At `max_connections` or above, no cap of its own.
+    pub max_per_address: usize,
     /// A client must send its request head within this.
     pub header_read_timeout: Duration,
     /// A write to the client that makes no progress for this long (the client stopped reading)
@@ -59,12 +68,14 @@ pub async fn read_body(
     }
 }
 
-/// Accepts until `stop`, serving each request with `handle(request, peer)`. Returns the
-/// connections still open (closed to new ones).
+/// Accepts until `stop`, serving each request with `handle(request, peer)`; connections shed
+/// to keep the listener open to others are counted in `metrics`. Returns the connections still
+/// open (closed to new ones).
 pub async fn serve<H, F>(
     listener: TcpListener,
     limits: Limits,
     shards: &Shards,
+    metrics: ListenerMetrics,
     stop: CancellationToken,
     handle: H,
 ) -> TaskTracker
@@ -73,57 +84,117 @@ where
     F: Future<Output = hyper::Response<Body>> + Send + 'static,
 {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let addresses = (limits.max_per_address < limits.max_connections)
+        .then(|| Addresses::new(limits.max_per_address));
     let connections = TaskTracker::new();
     loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => break,
-            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        let Some(permit) = wait_for(&permits, &stop).await else {
+            break;
         };
-        let (stream, peer) = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!(listener = limits.name, "accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some((stream, peer)) = accept(&listener, limits.name, &stop).await else {
+            break;
+        };
+        let address = match &addresses {
+            None => None,
+            Some(addresses) => match addresses.admit(peer.ip()) {
+                Some(admitted) => Some(admitted),
+                None => {
+                    // Closed as it is: the client gets no answer, and costs nothing more.
+                    metrics.shed(Shed::AddressCap);
+                    tracing::debug!(listener = limits.name, %peer, "over the per-address cap; closed");
                     continue;
                 }
             },
         };
         let _ = stream.set_nodelay(true);
-        let handle = handle.clone();
-        let stop = stop.clone();
-        // Counted from here, so the drain cannot miss a connection on its way to a shard.
-        let tracked = connections.token();
+        let held = Held {
+            // Counted from here, so the drain cannot miss a connection on its way to a shard.
+            _tracked: connections.token(),
+            _permit: permit,
+            _address: address,
+        };
+        let (handle, stop) = (handle.clone(), stop.clone());
         shards.spawn_connection(stream, move |stream| {
-            crate::wake::Inline::new(async move {
-                let _tracked = tracked;
-                let _permit = permit;
-                let service = hyper::service::service_fn(move |req| {
-                    let reply = handle(req, peer);
-                    async move { Ok::<_, std::convert::Infallible>(reply.await) }
-                });
-                let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
-                stream.set_write_timeout(Some(limits.write_timeout));
-                let conn = http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout)
-                    .serve_connection(TokioIo::new(Box::pin(stream)), service);
-                tokio::pin!(conn);
-                tokio::select! {
-                    r = conn.as_mut() => if let Err(e) = r {
-                        tracing::debug!(listener = limits.name, %peer, "connection ended: {e}")
-                    },
-                    _ = stop.cancelled() => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
-                    }
-                }
-            })
+            crate::wake::Inline::new(connection(stream, peer, limits, held, stop, handle))
         });
     }
     drop(listener);
     connections.close();
     connections
+}
+
+/// A connection permit, or `None` once `stop` is cancelled.
+async fn wait_for(
+    permits: &Arc<Semaphore>,
+    stop: &CancellationToken,
+) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        _ = stop.cancelled() => None,
+        p = permits.clone().acquire_owned() => Some(p.expect("semaphore is never closed")),
+    }
+}
+
+/// The next connection, or `None` once `stop` is cancelled.
+async fn accept(
+    listener: &TcpListener,
+    name: &str,
+    stop: &CancellationToken,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => return Some(a),
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!(listener = name, "accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
+/// What a connection holds until it closes: its place in the drain, its permit, its count
+/// against its address.
+struct Held {
+    _tracked: TaskTrackerToken,
+    _permit: OwnedSemaphorePermit,
+    _address: Option<Admitted>,
+}
+
+/// Serves one connection until it closes or `stop`: then the request in flight is finished
+/// first.
+async fn connection<H, F>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    limits: Limits,
+    held: Held,
+    stop: CancellationToken,
+    handle: H,
+) where
+    H: Fn(hyper::Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = hyper::Response<Body>> + Send + 'static,
+{
+    let _held = held;
+    let service = hyper::service::service_fn(move |req| {
+        let reply = handle(req, peer);
+        async move { Ok::<_, std::convert::Infallible>(reply.await) }
+    });
+    let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+    stream.set_write_timeout(Some(limits.write_timeout));
+    let conn = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .serve_connection(TokioIo::new(Box::pin(stream)), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r {
+            tracing::debug!(listener = limits.name, %peer, "connection ended: {e}")
+        },
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
