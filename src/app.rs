@@ -156,7 +156,6 @@ pub async fn start(mut config: Config, shards: Shards) -> anyhow::Result<Running
     };
     let grace = config.server.shutdown_grace;
     let max_connections = config.server.max_connections;
-    let admin_connections = config.admin.max_connections;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(crate::metrics::ProcessCollector));
     let metrics = Arc::new(Metrics::new(registry.sub_registry_with_prefix("mrtr")));
@@ -175,7 +174,6 @@ pub async fn start(mut config: Config, shards: Shards) -> anyhow::Result<Running
                 listener,
                 state,
                 admin_stop.clone(),
-                admin_connections,
                 shards.clone(),
             ));
             tracing::info!(%addr, "admin listening (/metrics, /healthz, /readyz)");
@@ -233,6 +231,7 @@ async fn accept_loop(
         name: "mcp",
         max_connections,
         max_per_address: bridge.config.server.max_connections_per_address,
+        evict_idle: false,
         header_read_timeout: bridge.config.server.header_timeout,
         write_timeout: bridge.config.server.write_timeout,
     };

@@ -147,7 +147,10 @@ pub struct Log {
 pub struct Admin {
     /// `None`: no admin listener.
     pub listen: Option<SocketAddr>,
+    /// When all are taken, the connection idle the longest is closed to take a new one.
     pub max_connections: usize,
+    /// How long a request head may take, and so how long an idle connection stays.
+    pub header_timeout: Duration,
 }
 
 /// `[fleet]`: this replica's identity and how it cooperates with the others.

@@ -186,8 +186,13 @@ pub struct Log {
 pub struct Admin {
     /// Address of the admin listener; absent: none.
     pub listen: Option<String>,
-    /// Admin connections open at once (default 16).
+    /// Admin connections open at once (default 16); when all are taken, the one idle the
+    /// longest is closed to take a new one.
     pub max_connections: Option<usize>,
+    /// How long an admin request head may take, and an idle admin connection stay (default
+    /// 5 s).
+    #[serde(default, with = "humantime_serde")]
+    pub header_timeout: Option<Duration>,
 }
 
 /// `[fleet]`: running as one of several replicas.

@@ -194,3 +194,19 @@ fn one_address_gets_a_sixteenth_of_the_connections_unless_configured() {
         assert_eq!(err.field, "server.max_connections_per_address", "{err}");
     }
 }
+
+#[test]
+fn an_idle_admin_connection_gets_a_short_head_timeout() {
+    let c = Config::parse(MINIMAL, None).unwrap();
+    assert_eq!(c.admin.header_timeout, Duration::from_secs(5));
+    let c = Config::parse(
+        &format!("[admin]\nheader_timeout = \"2s\"\n{MINIMAL}"),
+        None,
+    );
+    assert_eq!(c.unwrap().admin.header_timeout, Duration::from_secs(2));
+    for refused in ["\"0s\"", "\"2m\""] {
+        let text = format!("[admin]\nheader_timeout = {refused}\n{MINIMAL}");
+        let err = Config::parse(&text, None).unwrap_err();
+        assert_eq!(err.field, "admin.header_timeout", "{err}");
+    }
+}

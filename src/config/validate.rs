@@ -359,6 +359,14 @@ fn admin(raw: &raw::Admin) -> Result<Admin, ConfigError> {
     Ok(Admin {
         listen,
         max_connections: positive("admin.max_connections", raw.max_connections, 16)?,
+        // Short: probes and scrapers send their request as soon as they connect.
+        header_timeout: in_range(
+            "admin.header_timeout",
+            raw.header_timeout,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )?,
     })
 }
 

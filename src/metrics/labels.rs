@@ -193,6 +193,8 @@ label_enum! {
         /// Its address had `server.max_connections_per_address` open already: closed as
         /// accepted.
         AddressCap => "address_cap",
+        /// Idle the longest on the full admin listener: closed to take a new connection.
+        IdleEvicted => "idle_evicted",
     }
 }
 

@@ -206,6 +206,7 @@ impl Metrics {
         let shed = [
             (Listener::Mcp, Shed::AddressCap),
             (Listener::Internal, Shed::AddressCap),
+            (Listener::Admin, Shed::IdleEvicted),
         ];
         for (listener, reason) in shed {
             self.connections_shed

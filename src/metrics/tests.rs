@@ -35,4 +35,8 @@ fn labels_encode_as_snake_case_text() {
         text.contains(r#"mrtr_connections_shed_total{listener="mcp",reason="address_cap"} 1"#),
         "{text}"
     );
+    assert!(
+        text.contains(r#"mrtr_connections_shed_total{listener="admin",reason="idle_evicted"} 0"#),
+        "the series a listener can move start at 0: {text}"
+    );
 }

@@ -32,6 +32,7 @@ pub async fn serve(
         name: "internal",
         max_connections: bridge.config.server.max_connections,
         max_per_address: bridge.config.server.max_connections_per_address,
+        evict_idle: false,
         header_read_timeout: bridge.config.server.header_timeout,
         write_timeout: bridge.config.server.write_timeout,
     };

@@ -2,11 +2,14 @@
 //! port): at most `max_connections` open at once and at most `max_per_address` from one client
 //! address ([`addresses`]), HTTP/1.1 with a header deadline, a back-off when accepting fails
 //! (out of descriptors), and on `stop` each connection finishes the request in flight. The
-//! caller gets the connections back to decide how long to wait for them.
+//! caller gets the connections back to decide how long to wait for them. A full listener
+//! leaves new connections in the backlog, or, with `evict_idle` (the admin port), closes the
+//! connection idle the longest to take the new one ([`idle`]).
 //! Each connection runs on a shard ([`Shards`]) as an [`Inline`](crate::wake::Inline) task:
 //! the hand-overs between its halves do not go through the runtime's queue.
 
 mod addresses;
+mod idle;
 
 use super::Body;
 use crate::metrics::{ListenerMetrics, Shed};
@@ -15,6 +18,7 @@ use addresses::{Addresses, Admitted};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
+use idle::{Idle, Member};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +38,9 @@ pub struct Limits {
     /// Connections one client address may have open; one more is closed as soon as it is
     /// accepted. At `max_connections` or above, no cap of its own.
     pub max_per_address: usize,
+    /// When all `max_connections` are open, close the one idle the longest to take a new one,
+    /// rather than leave the new one waiting in the backlog.
+    pub evict_idle: bool,
     /// A client must send its request head within this.
     pub header_read_timeout: Duration,
     /// A write to the client that makes no progress for this long (the client stopped reading)
@@ -86,10 +93,17 @@ where
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let addresses = (limits.max_per_address < limits.max_connections)
         .then(|| Addresses::new(limits.max_per_address));
+    let idle = limits.evict_idle.then(Idle::default);
     let connections = TaskTracker::new();
     loop {
-        let Some(permit) = wait_for(&permits, &stop).await else {
-            break;
+        // Evicting, a connection is accepted even when all are taken: it makes room.
+        let ready = if idle.is_some() {
+            permits.clone().try_acquire_owned().ok()
+        } else {
+            match wait_for(&permits, &stop).await {
+                Some(permit) => Some(permit),
+                None => break,
+            }
         };
         let Some((stream, peer)) = accept(&listener, limits.name, &stop).await else {
             break;
@@ -106,6 +120,20 @@ where
                 }
             },
         };
+        let permit = match ready {
+            Some(permit) => permit,
+            None => {
+                if idle.as_ref().is_some_and(Idle::evict_longest_idle) {
+                    metrics.shed(Shed::IdleEvicted);
+                }
+                // The evicted connection gives its permit back as it closes; with none idle,
+                // the first to finish does.
+                match wait_for(&permits, &stop).await {
+                    Some(permit) => permit,
+                    None => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         let held = Held {
             // Counted from here, so the drain cannot miss a connection on its way to a shard.
@@ -113,9 +141,10 @@ where
             _permit: permit,
             _address: address,
         };
+        let member = idle.as_ref().map(Idle::join);
         let (handle, stop) = (handle.clone(), stop.clone());
         shards.spawn_connection(stream, move |stream| {
-            crate::wake::Inline::new(connection(stream, peer, limits, held, stop, handle))
+            crate::wake::Inline::new(connection(stream, peer, limits, held, member, stop, handle))
         });
     }
     drop(listener);
@@ -163,13 +192,14 @@ struct Held {
     _address: Option<Admitted>,
 }
 
-/// Serves one connection until it closes or `stop`: then the request in flight is finished
-/// first.
+/// Serves one connection until it closes, it is evicted (`member`), or `stop`: then the
+/// request in flight is finished first.
 async fn connection<H, F>(
     stream: TcpStream,
     peer: SocketAddr,
     limits: Limits,
     held: Held,
+    member: Option<Member>,
     stop: CancellationToken,
     handle: H,
 ) where
@@ -177,9 +207,18 @@ async fn connection<H, F>(
     F: Future<Output = hyper::Response<Body>> + Send + 'static,
 {
     let _held = held;
+    let member = member.map(Arc::new);
+    let serving = member.clone();
     let service = hyper::service::service_fn(move |req| {
+        let busy = serving.as_ref().map(|m| m.busy());
         let reply = handle(req, peer);
-        async move { Ok::<_, std::convert::Infallible>(reply.await) }
+        async move {
+            let response = reply.await;
+            Ok::<_, std::convert::Infallible>(match busy {
+                None => response,
+                Some(busy) => response.map(|body| idle::hold(body, busy)),
+            })
+        }
     });
     let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
     stream.set_write_timeout(Some(limits.write_timeout));
@@ -188,10 +227,19 @@ async fn connection<H, F>(
         .header_read_timeout(limits.header_read_timeout)
         .serve_connection(TokioIo::new(Box::pin(stream)), service);
     tokio::pin!(conn);
+    let evicted = async {
+        match &member {
+            Some(m) => m.evicted().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = conn.as_mut() => if let Err(e) = r {
             tracing::debug!(listener = limits.name, %peer, "connection ended: {e}")
         },
+        _ = evicted => {
+            tracing::debug!(listener = limits.name, %peer, "idle the longest on a full listener; closed");
+        }
         _ = stop.cancelled() => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
