@@ -4,7 +4,7 @@
 
 use crate::bridge::Bridge;
 use crate::config::{Config, LogFormat};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::server::admin::{self, Admin};
 use crate::server::{internal, listener, mcp};
 use crate::shard::Shards;
@@ -159,7 +159,6 @@ pub async fn start(mut config: Config, shards: Shards) -> anyhow::Result<Running
     };
     let grace = config.server.shutdown_grace;
     let max_connections = config.server.max_connections;
-    let admin_connections = config.admin.max_connections;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(crate::metrics::ProcessCollector));
     let metrics = Arc::new(Metrics::new(registry.sub_registry_with_prefix("mrtr")));
@@ -178,7 +177,6 @@ pub async fn start(mut config: Config, shards: Shards) -> anyhow::Result<Running
                 listener,
                 state,
                 admin_stop.clone(),
-                admin_connections,
                 shards.clone(),
             ));
             tracing::info!(%addr, "admin listening (/metrics, /healthz, /readyz)");
@@ -235,11 +233,14 @@ async fn accept_loop(
     let limits = listener::Limits {
         name: "mcp",
         max_connections,
+        max_per_address: bridge.config.server.max_connections_per_address,
+        evict_idle: false,
         header_read_timeout: bridge.config.server.header_timeout,
         write_timeout: bridge.config.server.write_timeout,
     };
     let engine = bridge.clone();
-    let connections = listener::serve(listener, limits, &shards, stop, move |req, _| {
+    let metrics = bridge.metrics.listener(Listener::Mcp);
+    let connections = listener::serve(listener, limits, &shards, metrics, stop, move |req, _| {
         mcp::serve(engine.clone(), req)
     })
     .await;

@@ -1,8 +1,12 @@
 //! `mrtr-gateway health` (the container HEALTHCHECK) run as a real child process against real
 //! loopback sockets: 200 is healthy; any other status, a refused connection or a server that
-//! never answers is not.
+//! never answers is not. And against a gateway whose admin listener is flooded with idle
+//! connections: the probe still gets in.
+
+mod common;
 
 use bytes::Bytes;
+use common::{ADMIN_ON, Gateway, Options};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::server::conn::http1;
@@ -106,4 +110,37 @@ async fn health_gives_up_on_a_server_that_accepts_but_never_answers() {
 async fn health_refuses_a_malformed_url_as_bad_usage() {
     let out = health("not a url").await;
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
+}
+
+#[tokio::test]
+async fn health_answers_while_idle_connections_flood_the_admin_listener() {
+    let gw = Gateway::with(Options {
+        extra: ADMIN_ON.into(),
+        ..Default::default()
+    })
+    .await;
+    let admin = gw.admin_addr();
+    // Twice the default admin.max_connections (16): the listener full, and more behind.
+    let mut idle = Vec::new();
+    for _ in 0..32 {
+        idle.push(
+            tokio::net::TcpStream::connect(admin)
+                .await
+                .expect("connect"),
+        );
+    }
+    let out = health(&format!("http://{admin}/healthz")).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evicted = gw.scrape().await.get(
+        "mrtr_connections_shed_total",
+        &[("listener", "admin"), ("reason", "idle_evicted")],
+    );
+    assert!(evicted >= 1.0, "idle connections made room: {evicted}");
+    drop(idle);
+    gw.stop().await;
 }

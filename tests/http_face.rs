@@ -1,4 +1,5 @@
-//! The 2026-07-28 face: every validation error, over real HTTP, with status and JSON-RPC code.
+//! The 2026-07-28 face: every validation error, over real HTTP, with status and JSON-RPC code;
+//! and the cap on the connections one client address may hold.
 
 mod common;
 
@@ -392,5 +393,91 @@ async fn answers_of_the_wrong_shape_leave_the_park_undisturbed() {
         assert_eq!(done.result()["resultType"], "complete");
     }
     assert_eq!(gw.parked(), 0);
+    gw.stop().await;
+}
+
+/// A connection to `to` from the loopback address `from` (any of 127.0.0.0/8).
+async fn connect_from(from: &str, to: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let local = format!("{from}:0").parse().expect("a local address");
+    socket.bind(local).expect("bind the client's address");
+    socket.connect(to).await.expect("connect to the gateway")
+}
+
+/// Whether the gateway closes `stream`, which has sent nothing, within a bounded wait.
+async fn closed_by_the_gateway(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let read = stream.read(&mut buf);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
+        Err(_) => false,
+        Ok(Ok(0) | Err(_)) => true,
+        Ok(Ok(n)) => panic!(
+            "the gateway wrote to a connection that sent nothing: {}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+    }
+}
+
+/// `tools/list` over a connection from the loopback address `from`: its status and body.
+async fn tools_list_from(from: &str, gw: &Gateway) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let to = gw.running.as_ref().expect("running").local_addr();
+    let stream = connect_from(from, to).await;
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .expect("http handshake");
+    tokio::spawn(conn);
+    let c = gw.client();
+    let body = serde_json::to_vec(&c.body("tools/list", json!({}), &json!({}))).unwrap();
+    let path: http::Uri = gw.url.parse().expect("url");
+    let req = http::Request::post(path.path())
+        .header("host", to.to_string())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header(V.0, V.1)
+        .header("Mcp-Method", "tools/list")
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .expect("request");
+    let wait = std::time::Duration::from_secs(60);
+    let resp = tokio::time::timeout(wait, sender.send_request(req))
+        .await
+        .expect("answered in time")
+        .expect("response");
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&bytes).expect("a JSON body"))
+}
+
+#[tokio::test]
+async fn one_address_cannot_take_every_connection_and_another_is_still_served() {
+    // The default cap: a sixteenth of the default server.max_connections (1024).
+    const PER_ADDRESS: usize = 64;
+    let gw = Gateway::with(Options {
+        extra: ADMIN_ON.into(),
+        ..Default::default()
+    })
+    .await;
+    let to = gw.running.as_ref().expect("running").local_addr();
+    // Slow clients: connected, nothing sent.
+    let mut slow = Vec::new();
+    for _ in 0..PER_ADDRESS {
+        slow.push(connect_from("127.0.0.1", to).await);
+    }
+    let mut over = connect_from("127.0.0.1", to).await;
+    assert!(
+        closed_by_the_gateway(&mut over).await,
+        "a connection over the per-address cap is closed as it is accepted"
+    );
+    let (status, body) = tools_list_from("127.0.0.2", &gw).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert!(body["result"]["tools"].is_array(), "{body:#}");
+    let shed = gw.scrape().await.get(
+        "mrtr_connections_shed_total",
+        &[("listener", "mcp"), ("reason", "address_cap")],
+    );
+    assert_eq!(shed, 1.0);
+    drop(slow);
     gw.stop().await;
 }

@@ -340,6 +340,7 @@ proptest! {
     fn any_value_for_a_limit_is_refused_with_a_reason_or_taken(
         key in prop::sample::select(vec![
             ("server", "max_connections"), ("server", "header_timeout"),
+            ("server", "max_connections_per_address"), ("admin", "header_timeout"),
             ("server", "worker_threads"), ("state", "park_ttl"),
             ("state", "coalesce_window"), ("limits", "max_body_bytes"),
             ("limits", "max_json_depth"), ("limits", "max_parked_total"),

@@ -160,11 +160,13 @@ impl Gateway {
             None => ("gateway".to_owned(), String::new()),
         };
         // Anonymous principal, so one client may hold every parked call; limits raised so the
-        // pool and the park registry are what the measurement exercises.
+        // pool and the park registry are what the measurement exercises. Every load client
+        // connects from 127.0.0.1: no cap per address.
         let config = format!(
             r#"[server]
 listen = "127.0.0.1:0"
 max_connections = 20000
+max_connections_per_address = 20000
 shutdown_grace = "5s"
 {workers}
 [principal]

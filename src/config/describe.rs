@@ -31,8 +31,9 @@ impl Config {
             s,
             "connections",
             format!(
-                "{} at most, shutdown grace {}",
+                "{} at most, {} per address, shutdown grace {}",
                 server.max_connections,
+                server.max_connections_per_address,
                 duration(server.shutdown_grace)
             ),
         );

@@ -74,6 +74,9 @@ pub struct Server {
     /// Exact `Origin` values allowed; empty means loopback origins only; `*` allows any.
     pub allowed_origins: Vec<String>,
     pub max_connections: usize,
+    /// Connections one client address may have open at once (MCP and internal listeners); at
+    /// `max_connections`, no cap of its own.
+    pub max_connections_per_address: usize,
     pub shutdown_grace: Duration,
     /// How long a client connection may take to send a request head, and so how long an idle
     /// keep-alive connection stays open (MCP and internal listeners).
@@ -147,7 +150,10 @@ pub struct Log {
 pub struct Admin {
     /// `None`: no admin listener.
     pub listen: Option<SocketAddr>,
+    /// When all are taken, the connection idle the longest is closed to take a new one.
     pub max_connections: usize,
+    /// How long a request head may take, and so how long an idle connection stays.
+    pub header_timeout: Duration,
 }
 
 /// `[fleet]`: this replica's identity and how it cooperates with the others.

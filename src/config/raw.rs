@@ -55,6 +55,10 @@ pub struct Server {
     pub allowed_origins: Option<Vec<String>>,
     /// Client connections open at once (default 1024).
     pub max_connections: Option<usize>,
+    /// Client connections one address may have open at once on this listener (default a
+    /// sixteenth of `max_connections`, at least 4); `max_connections` lifts the cap. The
+    /// internal listener has no per-address cap.
+    pub max_connections_per_address: Option<usize>,
     /// After the drain, time left for running calls and connections (default 10 s).
     #[serde(default, with = "humantime_serde")]
     pub shutdown_grace: Option<Duration>,
@@ -182,8 +186,13 @@ pub struct Log {
 pub struct Admin {
     /// Address of the admin listener; absent: none.
     pub listen: Option<String>,
-    /// Admin connections open at once (default 16).
+    /// Admin connections open at once (default 16); when all are taken, the one idle the
+    /// longest is closed to take a new one.
     pub max_connections: Option<usize>,
+    /// How long an admin request head may take, and an idle admin connection stay (default
+    /// 5 s).
+    #[serde(default, with = "humantime_serde")]
+    pub header_timeout: Option<Duration>,
 }
 
 /// `[fleet]`: running as one of several replicas.

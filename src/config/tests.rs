@@ -225,6 +225,40 @@ fn each_listener_needs_an_address_of_its_own() {
 }
 
 #[test]
+fn one_address_gets_a_sixteenth_of_the_connections_unless_configured() {
+    let c = Config::parse(MINIMAL, None).unwrap();
+    assert_eq!(c.server.max_connections_per_address, 64, "1024 / 16");
+    assert!(
+        c.describe()
+            .contains("connections       1024 at most, 64 per address, shutdown grace")
+    );
+    let per_address = |server: &str| {
+        Config::parse(&format!("[server]\n{server}\n{MINIMAL}"), None)
+            .map(|c| c.server.max_connections_per_address)
+    };
+    assert_eq!(per_address("max_connections = 20000").unwrap(), 1250);
+    assert_eq!(
+        per_address("max_connections = 32").unwrap(),
+        4,
+        "at least 4"
+    );
+    assert_eq!(
+        per_address("max_connections = 2").unwrap(),
+        2,
+        "no more than all"
+    );
+    let lifted = "max_connections = 100\nmax_connections_per_address = 100";
+    assert_eq!(per_address(lifted).unwrap(), 100);
+    for refused in [
+        "max_connections_per_address = 0",
+        "max_connections = 100\nmax_connections_per_address = 101",
+    ] {
+        let err = per_address(refused).unwrap_err();
+        assert_eq!(err.field, "server.max_connections_per_address", "{err}");
+    }
+}
+
+#[test]
 fn check_prints_durations_sizes_and_lists_as_plain_text() {
     assert_eq!(duration(Duration::ZERO), "0s");
     assert_eq!(duration(Duration::from_secs(120)), "120s");
@@ -266,5 +300,21 @@ fn check_prints_durations_sizes_and_lists_as_plain_text() {
     // Debug output would show braces, `Some(..)`, type names; the value of `env` is never shown.
     for debug in ["{", "}", "Some(", "Header(", "Limits", "s3cret"] {
         assert!(!text.contains(debug), "`{debug}` in:\n{text}");
+    }
+}
+
+#[test]
+fn an_idle_admin_connection_gets_a_short_head_timeout() {
+    let c = Config::parse(MINIMAL, None).unwrap();
+    assert_eq!(c.admin.header_timeout, Duration::from_secs(5));
+    let c = Config::parse(
+        &format!("[admin]\nheader_timeout = \"2s\"\n{MINIMAL}"),
+        None,
+    );
+    assert_eq!(c.unwrap().admin.header_timeout, Duration::from_secs(2));
+    for refused in ["\"0s\"", "\"2m\""] {
+        let text = format!("[admin]\nheader_timeout = {refused}\n{MINIMAL}");
+        let err = Config::parse(&text, None).unwrap_err();
+        assert_eq!(err.field, "admin.header_timeout", "{err}");
     }
 }

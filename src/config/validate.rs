@@ -105,10 +105,12 @@ fn default_path(raw: &raw::Server) -> Result<String, ConfigError> {
 
 /// The rest of `[server]`: origins, connections and the client-side deadlines.
 fn server(raw: &raw::Server, listen: SocketAddr) -> Result<Server, ConfigError> {
+    let max_connections = positive("server.max_connections", raw.max_connections, 1024)?;
     Ok(Server {
         listen,
         allowed_origins: raw.allowed_origins.clone().unwrap_or_default(),
-        max_connections: positive("server.max_connections", raw.max_connections, 1024)?,
+        max_connections,
+        max_connections_per_address: per_address(raw.max_connections_per_address, max_connections)?,
         shutdown_grace: in_range(
             "server.shutdown_grace",
             raw.shutdown_grace,
@@ -121,6 +123,25 @@ fn server(raw: &raw::Server, listen: SocketAddr) -> Result<Server, ConfigError> 
         write_timeout: client_timeout("server.write_timeout", raw.write_timeout)?,
         worker_threads: worker_threads(raw.worker_threads)?,
     })
+}
+
+/// `server.max_connections_per_address`: 1 to `max_connections` (which lifts the cap). The
+/// default, a sixteenth of `max_connections` but at least 4, leaves one address well short of
+/// the whole listener; 0 is refused rather than read as "no cap".
+fn per_address(value: Option<usize>, max_connections: usize) -> Result<usize, ConfigError> {
+    let field = "server.max_connections_per_address";
+    match value {
+        None => Ok((max_connections / 16).max(4).min(max_connections)),
+        Some(0) => Err(bad(
+            field,
+            "must be greater than 0 (server.max_connections lifts the cap)",
+        )),
+        Some(n) if n > max_connections => Err(bad(
+            field,
+            format!("at most server.max_connections ({max_connections}), which lifts the cap"),
+        )),
+        Some(n) => Ok(n),
+    }
 }
 
 /// A client-side deadline: 30 s unless set, 1 s to 1 h.
@@ -341,6 +362,14 @@ fn admin(raw: &raw::Admin) -> Result<Admin, ConfigError> {
     Ok(Admin {
         listen,
         max_connections: positive("admin.max_connections", raw.max_connections, 16)?,
+        // Short: probes and scrapers send their request as soon as they connect.
+        header_timeout: in_range(
+            "admin.header_timeout",
+            raw.header_timeout,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )?,
     })
 }
 

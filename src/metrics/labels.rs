@@ -178,6 +178,26 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// One of the gateway's listeners.
+    Listener {
+        Mcp => "mcp",
+        Internal => "internal",
+        Admin => "admin",
+    }
+}
+
+label_enum! {
+    /// Why the gateway closed a client connection to keep its listener open to others.
+    Shed {
+        /// Its address had `server.max_connections_per_address` open already: closed as
+        /// accepted.
+        AddressCap => "address_cap",
+        /// Idle the longest on the full admin listener: closed to take a new connection.
+        IdleEvicted => "idle_evicted",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct RequestLabels {
     pub method: Method,
@@ -220,4 +240,10 @@ pub struct SessionLabels {
 pub struct SessionEndLabels {
     pub backend: String,
     pub reason: SessionEnd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ShedLabels {
+    pub listener: Listener,
+    pub reason: Shed,
 }

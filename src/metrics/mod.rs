@@ -13,9 +13,9 @@ mod process;
 mod tests;
 
 pub use labels::{
-    AbandonLabels, AbandonReason, BackendLabels, FailureLabels, InputKind, KindLabels, Method,
-    Outcome, RequestLabels, RetryLabels, RetryReason, RetryResult, SessionEnd, SessionEndLabels,
-    SessionLabels, SessionState, StateFailure,
+    AbandonLabels, AbandonReason, BackendLabels, FailureLabels, InputKind, KindLabels, Listener,
+    Method, Outcome, RequestLabels, RetryLabels, RetryReason, RetryResult, SessionEnd,
+    SessionEndLabels, SessionLabels, SessionState, Shed, ShedLabels, StateFailure,
 };
 pub use process::ProcessCollector;
 
@@ -61,6 +61,7 @@ pub struct Metrics {
     session_ends: Family<SessionEndLabels, Counter>,
     queue_wait: HistogramFamily<BackendLabels>,
     state_failures: Family<FailureLabels, Counter>,
+    connections_shed: Family<ShedLabels, Counter>,
 }
 
 impl Metrics {
@@ -82,6 +83,7 @@ impl Metrics {
             session_ends: Family::default(),
             queue_wait: Family::new_with_constructor(seconds),
             state_failures: Family::default(),
+            connections_shed: Family::default(),
         };
         m.register(registry);
         m.start_at_zero();
@@ -169,6 +171,11 @@ impl Metrics {
             "requestState verification failures, by the check that failed",
             self.state_failures.clone(),
         );
+        registry.register(
+            "connections_shed",
+            "Client connections the gateway closed to keep a listener open to others, by listener and reason",
+            self.connections_shed.clone(),
+        );
     }
 
     /// Every series of these counters exists from the start, at 0: a query over one that has
@@ -195,6 +202,15 @@ impl Metrics {
         for (result, reason) in retries {
             self.retries
                 .get_or_create_owned(&RetryLabels { result, reason });
+        }
+        let shed = [
+            (Listener::Mcp, Shed::AddressCap),
+            (Listener::Internal, Shed::AddressCap),
+            (Listener::Admin, Shed::IdleEvicted),
+        ];
+        for (listener, reason) in shed {
+            self.connections_shed
+                .get_or_create_owned(&ShedLabels { listener, reason });
         }
     }
 
@@ -271,6 +287,14 @@ impl Metrics {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// What one listener's accept loop counts.
+    pub fn listener(&self, listener: Listener) -> ListenerMetrics {
+        ListenerMetrics {
+            listener,
+            shed: self.connections_shed.clone(),
+        }
+    }
+
     /// The handles one backend's pool updates, resolved once so the pool does no label lookups.
     pub fn pool(&self, backend: &str) -> PoolMetrics {
         let b = || BackendLabels {
@@ -291,6 +315,25 @@ impl Metrics {
             lost: end(SessionEnd::Lost),
             queue_wait: self.queue_wait.get_or_create_owned(&b()),
         }
+    }
+}
+
+/// One listener's metrics (a cheap clone of a registered family).
+#[derive(Debug, Clone)]
+pub struct ListenerMetrics {
+    listener: Listener,
+    shed: Family<ShedLabels, Counter>,
+}
+
+impl ListenerMetrics {
+    /// A connection closed by the gateway to keep the listener open to others.
+    pub fn shed(&self, reason: Shed) {
+        self.shed
+            .get_or_create(&ShedLabels {
+                listener: self.listener,
+                reason,
+            })
+            .inc();
     }
 }
 

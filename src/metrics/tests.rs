@@ -17,6 +17,7 @@ fn labels_encode_as_snake_case_text() {
     m.request(Method::ToolsCall, Outcome::InputRequired);
     m.state_failure(StateFailure::StaleRound);
     m.pool("fixture").ended(SessionEnd::Lost);
+    m.listener(Listener::Mcp).shed(Shed::AddressCap);
     let text = encode(&registry);
     assert!(
         text.contains(
@@ -30,4 +31,12 @@ fn labels_encode_as_snake_case_text() {
         text.contains(r#"mrtr_upstream_session_ends_total{backend="fixture",reason="lost"} 1"#)
     );
     assert!(text.contains("# TYPE mrtr_upstream_queue_wait_seconds histogram"));
+    assert!(
+        text.contains(r#"mrtr_connections_shed_total{listener="mcp",reason="address_cap"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"mrtr_connections_shed_total{listener="admin",reason="idle_evicted"} 0"#),
+        "the series a listener can move start at 0: {text}"
+    );
 }

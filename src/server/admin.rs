@@ -9,6 +9,7 @@ use super::Body;
 use super::listener::{self, Limits};
 use super::respond::text;
 use crate::bridge::Bridge;
+use crate::metrics::Listener;
 use crate::shard::Shards;
 use http::{Method, StatusCode, header};
 use prometheus_client::registry::Registry;
@@ -61,21 +62,28 @@ impl Admin {
     }
 }
 
-/// Serves admin requests until `stop`, with at most `max_connections` open at once.
+/// Serves admin requests until `stop`, with at most `admin.max_connections` open at once: when
+/// all are taken, the one idle the longest is closed to take a new one, so a probe gets in
+/// under a flood of idle connections, and an idle connection stays only `admin.header_timeout`.
 pub async fn serve(
     listener: TcpListener,
     admin: Arc<Admin>,
     stop: CancellationToken,
-    max_connections: usize,
     shards: Shards,
 ) {
+    let config = &admin.bridge.config.admin;
     let limits = Limits {
         name: "admin",
-        max_connections,
-        header_read_timeout: Duration::from_secs(10),
+        max_connections: config.max_connections,
+        // Probes come from the node and scrapes from one scraper: no cap per address, eviction
+        // keeps the room instead.
+        max_per_address: config.max_connections,
+        evict_idle: true,
+        header_read_timeout: config.header_timeout,
         write_timeout: Duration::from_secs(10),
     };
-    let connections = listener::serve(listener, limits, &shards, stop, move |req, _| {
+    let metrics = admin.bridge.metrics.listener(Listener::Admin);
+    let connections = listener::serve(listener, limits, &shards, metrics, stop, move |req, _| {
         admin
             .clone()
             .respond(req.method().clone(), req.uri().path().to_owned())

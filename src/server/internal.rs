@@ -8,6 +8,7 @@ use super::listener::{self, BodyError, Limits, read_body};
 use super::respond::{self, Refusal};
 use crate::bridge::{self, Bridge, Reply};
 use crate::jsonrpc;
+use crate::metrics::Listener;
 use crate::protocol::{self, meta::RequestMeta};
 use crate::shard::Shards;
 use crate::wire::hop;
@@ -30,13 +31,23 @@ pub async fn serve(
     let limits = Limits {
         name: "internal",
         max_connections: bridge.config.server.max_connections,
+        // Each other replica is one address, and a busy one holds a connection per forwarded
+        // retry: a per-address cap would refuse its hops. The listener faces the fleet only.
+        max_per_address: bridge.config.server.max_connections,
+        evict_idle: false,
         header_read_timeout: bridge.config.server.header_timeout,
         write_timeout: bridge.config.server.write_timeout,
     };
     let grace = bridge.config.server.shutdown_grace + Duration::from_secs(1);
-    let connections = listener::serve(listener, limits, &shards, stop, move |req, peer| {
-        handle(bridge.clone(), req, peer)
-    })
+    let metrics = bridge.metrics.listener(Listener::Internal);
+    let connections = listener::serve(
+        listener,
+        limits,
+        &shards,
+        metrics,
+        stop,
+        move |req, peer| handle(bridge.clone(), req, peer),
+    )
     .await;
     // Hops in flight end when their calls do; the bridge bounds that by the shutdown grace.
     if tokio::time::timeout(grace, connections.wait())
