@@ -805,6 +805,88 @@ async fn roots_asked_outside_a_call_without_static_roots_join_the_next_calls_fir
     gw.stop().await;
 }
 
+/// The `roots/list` a legacy server sends from its `initialized` handler is held for the
+/// session's next call; when that call's result comes before its round does, the request goes
+/// back to the session (the next call puts it to the client) instead of being lost.
+#[tokio::test]
+async fn roots_held_for_a_call_that_ends_at_once_reach_the_client_on_the_next_call() {
+    let gw = Gateway::with(Options {
+        server_args: vec!["--roots-on-init".into()],
+        // Wide enough that the echo's result always comes before the window closes.
+        extra: "[state]\ncoalesce_window = \"2s\"\n".into(),
+        ..Default::default()
+    })
+    .await;
+    let c = gw.client();
+    let caps = json!({"roots": {}});
+    c.send(&c.body("tools/list", json!({}), &caps))
+        .await
+        .result();
+    let init = wait_roots_asked(&gw).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let echo = c.call_tool("echo", json!({"text": "fast"}), &caps).await;
+    assert_eq!(echo.tool_json(), json!({"echo": "fast"}));
+    let first = answer_roots_until_done(&c, &caps, "file:///given").await;
+    assert_eq!(first["roots"], json!(["file:///given"]), "{first:#}");
+    gw.wait_log(
+        10,
+        "the post-initialize roots/list answered by the client",
+        |msgs| {
+            msgs.iter()
+                .any(|m| m["id"] == init && m["result"]["roots"][0]["uri"] == "file:///given")
+        },
+    )
+    .await;
+    // What the issue saw: the server's cache of the roots it asked for at initialization.
+    let second = answer_roots_until_done(&c, &caps, "file:///later").await;
+    assert_eq!(
+        second["cachedRoots"],
+        json!(["file:///given"]),
+        "{second:#}"
+    );
+    gw.stop().await;
+}
+
+/// Waits until the backend has sent its first `roots/list`; its id.
+async fn wait_roots_asked(gw: &Gateway) -> serde_json::Value {
+    for _ in 0..500 {
+        let sent = gw
+            .backend_log()
+            .into_iter()
+            .find(|e| e["dir"] == "out" && e["msg"]["method"] == "roots/list");
+        if let Some(sent) = sent {
+            return sent["msg"]["id"].clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the backend never asked for roots: {:#?}", gw.backend_log());
+}
+
+/// Calls `list_roots`, answering every roots request of each round with `uri`; its output.
+async fn answer_roots_until_done(
+    c: &Client,
+    caps: &serde_json::Value,
+    uri: &str,
+) -> serde_json::Value {
+    let mut reply = c.call_tool("list_roots", json!({}), caps).await;
+    for _ in 0..5 {
+        if reply.result()["resultType"] == "complete" {
+            return reply.tool_json();
+        }
+        let answers = reply.input_keys().into_iter().map(|k| (k, roots(&[uri])));
+        reply = c
+            .retry_tool(
+                "list_roots",
+                json!({}),
+                caps,
+                serde_json::Value::Object(answers.collect()),
+                &reply.state(),
+            )
+            .await;
+    }
+    panic!("too many rounds: {:#}", reply.body);
+}
+
 #[tokio::test]
 async fn a_backend_that_dies_mid_call_fails_that_call_and_is_replaced() {
     let gw = Gateway::start().await;

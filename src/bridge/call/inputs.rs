@@ -11,6 +11,7 @@ use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, Id};
 use crate::protocol::input::{self, Kind};
 use crate::seal::{Claims, ParkId, Transcript, Turn};
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 impl Task {
     /// The keys of the input requests still waiting for an answer, in the order asked.
@@ -89,7 +90,14 @@ impl Task {
     }
 
     /// Takes one backend request into the next round, or refuses it upstream. True if taken.
-    pub(super) async fn ask(&mut self, id: Id, method: &str, params: Option<Value>) -> bool {
+    /// `held_until`: the deadline of a `roots/list` the session held before this call.
+    pub(super) async fn ask(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<Value>,
+        held_until: Option<Instant>,
+    ) -> bool {
         let Some(kind) = Kind::from_method(method) else {
             let e = ErrorObject::new(
                 jsonrpc::METHOD_NOT_FOUND,
@@ -127,8 +135,9 @@ impl Task {
         let key = format!("{}-{}", kind.as_str(), self.next_key);
         let request = input::to_input_request(kind, params.as_ref());
         self.bridge.metrics.input_request(kind.into());
-        self.pending
-            .push((key, Pending::new(Some(id), kind, &request)));
+        let mut pending = Pending::new(Some(id), kind, &request);
+        pending.held_until = held_until;
+        self.pending.push((key, pending));
         true
     }
 

@@ -41,6 +41,9 @@ struct Pending {
     /// The input request as the client sees it, kept as JSON text: a parked call holds it for
     /// its whole wait, and the text is a fraction of the size of a `serde_json` value.
     request: Box<str>,
+    /// A `roots/list` the session held before this call: its deadline there, kept in case the
+    /// call gives it back (`Task::hand_back`).
+    held_until: Option<Instant>,
 }
 
 impl Pending {
@@ -49,6 +52,7 @@ impl Pending {
             upstream,
             kind,
             request: request.to_string().into_boxed_str(),
+            held_until: None,
         }
     }
 

@@ -262,6 +262,7 @@ impl Task {
             // The backend ended the call while the client was away: as when the client is
             // there, unless it asked for URL elicitation, which makes another round.
             if let Step::Done(outcome) = self.answered(outcome) {
+                Box::pin(self.hand_back()).await;
                 let _ = reply.send(self.finished(true, outcome)).await;
                 return None;
             }

@@ -36,13 +36,11 @@ fn sampled() -> Value {
     json!({"role": "assistant", "content": {"type": "text", "text": "Hello there"}, "model": "m"})
 }
 
-/// The built-in backend, logging every message it sees to `log`; `ignore_capabilities` makes it
-/// push what the client did not declare, as some real legacy servers do.
-fn builtin(log: PathBuf, ignore_capabilities: bool) -> Transport {
+/// The built-in backend with these options, logging every message it sees to `log`.
+fn builtin(log: PathBuf, options: mrtr_fixture::Options) -> Transport {
     Transport::Builtin(mrtr_fixture::Options {
         log: Some(log),
-        ignore_capabilities,
-        ..Default::default()
+        ..options
     })
 }
 
@@ -56,15 +54,27 @@ struct Gateway {
 
 impl Gateway {
     fn new() -> Gateway {
-        Gateway::start(false)
+        Gateway::start(mrtr_fixture::Options::default())
     }
 
-    /// In front of a backend that pushes whatever it likes, declared or not.
+    /// In front of a backend that pushes whatever it likes, declared or not, as some real
+    /// legacy servers do.
     fn with_backend_ignoring_capabilities() -> Gateway {
-        Gateway::start(true)
+        Gateway::start(mrtr_fixture::Options {
+            ignore_capabilities: true,
+            ..Default::default()
+        })
     }
 
-    fn start(ignore_capabilities: bool) -> Gateway {
+    /// In front of a backend that asks for roots from its `initialized` handler.
+    fn with_backend_asking_roots_on_init() -> Gateway {
+        Gateway::start(mrtr_fixture::Options {
+            roots_on_init: true,
+            ..Default::default()
+        })
+    }
+
+    fn start(backend: mrtr_fixture::Options) -> Gateway {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let log = std::env::temp_dir().join(format!("mrtr-call-{}-{n}.log", std::process::id()));
@@ -74,7 +84,7 @@ impl Gateway {
             PARK_TTL.as_secs()
         );
         let mut config = Config::parse(&text, None).expect("config");
-        config.backends[0].transport = builtin(log.clone(), ignore_capabilities);
+        config.backends[0].transport = builtin(log.clone(), backend);
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::new(&mut registry));
         let bridge = Bridge::with_metrics(Arc::new(config), metrics, &crate::shard::Shards::none());
@@ -171,6 +181,14 @@ impl Call {
             principal: seal::digest(self.principal),
             authorization: None,
         }
+    }
+
+    /// A plain request (`tools/list`) with this call's `_meta`.
+    fn plain(&self, method: &str) -> Request {
+        let mut req = self.first();
+        req.method = method.into();
+        req.params.retain(|k, _| k == "_meta");
+        req
     }
 
     /// The retry of `round` (an `InputRequiredResult`) carrying `answers` by key.
@@ -516,6 +534,53 @@ async fn an_outcome_reached_while_parked_is_kept_for_the_retry() {
         2,
         "issued again once connected"
     );
+    gw.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_push_pending_when_the_result_comes_goes_back_to_the_session_for_the_next_call() {
+    let gw = Gateway::with_backend_asking_roots_on_init();
+    let caps = json!({"roots": {}});
+    let echo = Call::new("echo", json!({"text": "hi"}), caps.clone());
+    // A plain request starts the session; its backend then asks for roots from its
+    // `initialized` handler, and the session holds the request for its next call.
+    gw.send(echo.plain("tools/list")).await.expect("the tools");
+    let asked = || -> Vec<Value> {
+        let log = gw.backend_log("out").into_iter();
+        log.filter(|m| m["method"] == "roots/list")
+            .map(|m| m["id"].clone())
+            .collect()
+    };
+    eventually("the backend asks for roots", || !asked().is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The held request reaches a call that asks nothing, whose result comes within the
+    // coalescing window.
+    let done = gw.send(echo.first()).await.expect("a result");
+    assert_eq!(tool_output(&done), json!({"echo": "hi"}));
+    // The next call's first round puts it to the client, beside the call's own.
+    let call = Call::new("list_roots", json!({}), caps);
+    let round = gw.send(call.first()).await.expect("a round");
+    let asked_now = keys(&round);
+    assert_eq!(
+        asked_now.len(),
+        2,
+        "the held request and the call's own: {round:#}"
+    );
+    let root = json!({"roots": [{"uri": "file:///r"}]});
+    let answers = asked_now.into_iter().map(|k| (k, root.clone())).collect();
+    let done = gw.send(call.retry(&round, Value::Object(answers))).await;
+    assert_eq!(
+        tool_output(&done.expect("a result"))["roots"],
+        json!(["file:///r"])
+    );
+    let init = asked()[0].clone();
+    eventually("the post-initialize roots/list is answered", || {
+        let answers = gw.backend_log("in");
+        answers
+            .iter()
+            .any(|m| m["id"] == init && m["result"] == root)
+    })
+    .await;
     gw.close().await;
 }
 

@@ -4,7 +4,7 @@
 
 use super::{CANCEL_GRACE, Params, Step, Task};
 use crate::bridge::{Bridge, Reply, Request, backend_error, backend_failed, upstream_error};
-use crate::jsonrpc::{self, ErrorObject, Raw};
+use crate::jsonrpc::{self, ErrorObject, Id, Raw};
 use crate::protocol::caps::Declared;
 use crate::protocol::input::{self, Kind};
 use crate::protocol::meta::{self};
@@ -38,7 +38,12 @@ impl Task {
                 event = self.call.events.recv() => match event {
                     Some(CallEvent::Response(outcome)) => {
                         self.bridge.metrics.upstream_duration(self.lease.session().backend(), self.backend_time());
-                        return self.answered(outcome);
+                        let step = self.answered(outcome);
+                        if matches!(step, Step::Done(_)) {
+                            // Before the reply: the client's next call may come for them.
+                            Box::pin(self.hand_back()).await;
+                        }
+                        return step;
                     }
                     Some(CallEvent::Unsent(reason)) if (self.round == 0 || self.replay.is_some()) && !self.resent => {
                         // The backend's session was gone before it saw the request: once, on a new
@@ -64,7 +69,7 @@ impl Task {
                             tracing::debug!("client is not reading its stream; notification dropped");
                         }
                     }
-                    Some(CallEvent::ServerRequest { id, method, params }) => {
+                    Some(CallEvent::ServerRequest { id, method, params, held_until }) => {
                         let id = match self.answer_from_transcript(id, &method, params.as_ref()).await {
                             Ok(Some(id)) => id,
                             Ok(None) => {
@@ -75,7 +80,7 @@ impl Task {
                             }
                             Err(e) => return Step::Refused(e),
                         };
-                        if self.ask(id, &method, params).await && coalesce.is_none() {
+                        if self.ask(id, &method, params, held_until).await && coalesce.is_none() {
                             coalesce = Some(Instant::now() + self.bridge.config.state.coalesce_window);
                         }
                     }
@@ -87,8 +92,13 @@ impl Task {
     /// Backend activity while the client is away.
     pub(super) async fn while_parked(&mut self, event: Option<CallEvent>) {
         match event {
-            Some(CallEvent::ServerRequest { id, method, params }) => {
-                self.ask(id, &method, params).await;
+            Some(CallEvent::ServerRequest {
+                id,
+                method,
+                params,
+                held_until,
+            }) => {
+                self.ask(id, &method, params, held_until).await;
             }
             Some(CallEvent::Response(outcome)) => {
                 self.bridge
@@ -180,6 +190,46 @@ impl Task {
             .await;
     }
 
+    /// Once the backend has answered the call, lets go of the input requests the call leaves
+    /// unanswered: those that reached it within `coalesce_window` of its result (its client
+    /// never saw them), those that came while it was parked, and those its client left
+    /// unanswered. None is left waiting: a `roots/list` goes back to the session, which treats
+    /// it as a request outside any call (held for its next call, within the deadline it was
+    /// held to if it was held before: the `roots/list` a server sends from its `initialized`
+    /// handler is the usual one); anything else is answered as an abandoned call answers it,
+    /// the call it came in having ended. Requests still queued for the call go the same way,
+    /// and the session routes later ones as outside any call.
+    pub(super) async fn hand_back(&mut self) {
+        let mut unanswered: Vec<(Id, Option<Kind>, Option<Instant>)> =
+            std::mem::take(&mut self.pending)
+                .into_iter()
+                .filter_map(|(_, p)| Some((p.upstream?, Some(p.kind), p.held_until)))
+                .collect();
+        for event in self.call.events.close_routed().await {
+            if let CallEvent::ServerRequest {
+                id,
+                method,
+                held_until,
+                ..
+            } = event
+            {
+                unanswered.push((id, Kind::from_method(&method), held_until));
+            }
+        }
+        if unanswered.is_empty() {
+            return;
+        }
+        tracing::info!(backend = %self.lease.session().backend(), requests = unanswered.len(), round = self.round, "the call ended with input requests its client did not answer: roots/list goes back to the session, others are answered as abandoned");
+        let session = self.lease.session();
+        for (id, kind, held_until) in unanswered {
+            let _ = match kind {
+                Some(Kind::Roots) => session.hold_roots(id, held_until).await,
+                Some(kind) => session.respond(id, input::abandoned_answer(kind)).await,
+                None => session.respond(id, Err(not_supported())).await,
+            };
+        }
+    }
+
     /// Ends a call the client will not finish: the backend's open requests are answered as the
     /// client never would, the call is cancelled upstream, and the session is released only once
     /// the backend has let go of it.
@@ -211,7 +261,7 @@ impl Task {
                 }
                 event = self.call.events.recv() => match event {
                     Some(CallEvent::ServerRequest { id, method, .. }) => {
-                        let answer = Kind::from_method(&method).map(input::abandoned_answer).unwrap_or_else(|| Err(ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, "not supported")));
+                        let answer = Kind::from_method(&method).map(input::abandoned_answer).unwrap_or_else(|| Err(not_supported()));
                         let _ = self.lease.session().respond(id, answer).await;
                     }
                     Some(CallEvent::Notification { .. }) => {}
@@ -266,4 +316,9 @@ impl Task {
         };
         digest
     }
+}
+
+/// The answer to a backend request of a method no client is asked.
+fn not_supported() -> ErrorObject {
+    ErrorObject::new(jsonrpc::METHOD_NOT_FOUND, "not supported")
 }

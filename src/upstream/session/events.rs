@@ -79,6 +79,23 @@ impl Events {
         }
     }
 
+    /// Stops taking what the session routes to the call, and returns what was already on its
+    /// way: from now on the session treats the backend's requests as outside any call, so a
+    /// call that ends leaves none of them unanswered in its queue.
+    pub async fn close_routed(&mut self) -> Vec<CallEvent> {
+        let Some(mut routed) = self.routed.take() else {
+            return Vec::new();
+        };
+        routed.close();
+        let mut queued = Vec::new();
+        // Read to `None`, not while events are ready: an event the session had room for
+        // before the close still lands.
+        while let Some(event) = routed.recv().await {
+            queued.push(*event);
+        }
+        queued
+    }
+
     /// Lets go of the call's answer stream while the call waits for its client, if the backend
     /// numbers its events: the stream can then be picked up again where it stopped, and a
     /// parked call holds no connection meanwhile. Until [`Events::resume`], only the session's

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 use task::Cmd;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// What a call hears from the backend.
 #[derive(Debug)]
@@ -55,6 +56,11 @@ pub enum CallEvent {
         id: Id,
         method: String,
         params: Option<Value>,
+        /// For a `roots/list` the session held before handing it to this call: when the
+        /// session refuses it if no client has answered it by then. A call that ends before
+        /// its client sees the request gives it back with this deadline
+        /// ([`Session::hold_roots`]), so passing from call to call never extends it.
+        held_until: Option<Instant>,
     },
     /// The call's result as the backend wrote it, or its error.
     Response(Result<crate::jsonrpc::Raw, ErrorObject>),
@@ -82,6 +88,12 @@ pub(crate) struct EventTx(mpsc::Sender<Box<CallEvent>>);
 impl EventTx {
     async fn send(&self, event: CallEvent) -> Result<(), ()> {
         self.0.send(Box::new(event)).await.map_err(|_| ())
+    }
+
+    /// Room for one event, once there is; `None` if the call no longer takes any. What a
+    /// permit sends is received even if the call closes its end meanwhile.
+    async fn reserve(&self) -> Option<mpsc::Permit<'_, Box<CallEvent>>> {
+        self.0.reserve().await.ok()
     }
 
     fn try_send(&self, event: CallEvent) {
@@ -299,6 +311,13 @@ impl Session {
                 Err(self.closed())
             }
         }
+    }
+
+    /// Gives the session back a `roots/list` that reached a call which ended before its client
+    /// saw it: the session treats it as one outside any call (held for its next call, by
+    /// `held_until` if it was held before, or answered), so it is never left unanswered.
+    pub async fn hold_roots(&self, id: Id, held_until: Option<Instant>) -> Result<(), Error> {
+        self.command(Cmd::HoldRoots { id, held_until }).await
     }
 
     /// Stops routing events for a call (it finished or was abandoned). Never blocks.

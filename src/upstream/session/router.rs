@@ -89,20 +89,21 @@ impl Router {
         if let Some(token) = progress {
             self.progress.insert(token, id.clone());
         }
+        self.calls.insert(id.clone(), tx);
         if interactive {
-            self.interactive = Some(id.clone());
-            // Requests held since before this call belong to its first round.
-            for (held, _) in std::mem::take(&mut self.held_roots) {
-                let _ = tx
-                    .send(CallEvent::ServerRequest {
-                        id: held,
-                        method: "roots/list".into(),
-                        params: None,
-                    })
+            self.interactive = Some(id);
+            // Requests held since before this call belong to its first round; they keep their
+            // deadline, which the call hands back with them if it ends before its client sees
+            // them.
+            for (held, until) in std::mem::take(&mut self.held_roots) {
+                let routed = self
+                    .to_interactive(held, "roots/list".into(), None, Some(until))
                     .await;
+                if let Err((held, _)) = routed {
+                    self.held_roots.push((held, until));
+                }
             }
         }
-        self.calls.insert(id, tx);
     }
 
     pub fn forget(&mut self, id: &Id) {
@@ -179,18 +180,55 @@ impl Router {
                 )),
             ));
         };
-        if let Some(tx) = self.interactive.as_ref().and_then(|c| self.calls.get(c)) {
-            let _ = tx
-                .send(CallEvent::ServerRequest { id, method, params })
-                .await;
-            return None;
+        match self.to_interactive(id, method, params, None).await {
+            Ok(()) => None,
+            Err((id, params)) => self.outside_call(id, kind, params, None),
         }
-        self.outside_call(id, kind, params)
+    }
+
+    /// A `roots/list` a call gave back, its client never having seen it (the call ended
+    /// first): the interactive call's if one has started since, else as outside any call,
+    /// within the deadline it was held to if it was held before. The answer to write, if any.
+    pub async fn hold_roots(&mut self, id: Id, held_until: Option<Instant>) -> Option<Value> {
+        let method = Kind::Roots.method().to_owned();
+        match self.to_interactive(id, method, None, held_until).await {
+            Ok(()) => None,
+            Err((id, params)) => self.outside_call(id, Kind::Roots, params, held_until),
+        }
+    }
+
+    /// Hands a server request to the session's interactive call. Its id and params come back
+    /// when there is none, or when the call no longer takes events: it has ended, and its
+    /// `Forget` is still on the way (a call on its own stream hears its result first).
+    async fn to_interactive(
+        &self,
+        id: Id,
+        method: String,
+        params: Option<Value>,
+        held_until: Option<Instant>,
+    ) -> Result<(), (Id, Option<Value>)> {
+        let tx = self.interactive.as_ref().and_then(|c| self.calls.get(c));
+        let Some(permit) = async { tx?.reserve().await }.await else {
+            return Err((id, params));
+        };
+        permit.send(Box::new(CallEvent::ServerRequest {
+            id,
+            method,
+            params,
+            held_until,
+        }));
+        Ok(())
     }
 
     /// A request outside any call: roots from static config, held for the next call (within
-    /// the limit), or refused.
-    fn outside_call(&mut self, id: Id, kind: Kind, params: Option<Value>) -> Option<Value> {
+    /// the limit, until `held_until` or for `held_roots_wait`), or refused.
+    fn outside_call(
+        &mut self,
+        id: Id,
+        kind: Kind,
+        params: Option<Value>,
+        held_until: Option<Instant>,
+    ) -> Option<Value> {
         match kind {
             Kind::Roots if !self.rules.static_roots.is_empty() => Some(crate::jsonrpc::response(
                 Some(&id),
@@ -205,8 +243,9 @@ impl Router {
             }
             Kind::Roots if self.declared.roots => {
                 tracing::debug!(backend = %self.backend, %id, "roots/list outside a call: held for the next call");
-                self.held_roots
-                    .push((id, Instant::now() + self.rules.held_roots_wait));
+                let until =
+                    held_until.unwrap_or_else(|| Instant::now() + self.rules.held_roots_wait);
+                self.held_roots.push((id, until));
                 None
             }
             _ => {

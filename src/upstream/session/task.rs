@@ -34,6 +34,10 @@ pub(crate) enum Cmd {
     },
     /// The call is over for the gateway: stop routing to it.
     Forget { id: Id },
+    /// A `roots/list` a call gives back unseen by its client ([`Session::hold_roots`]).
+    ///
+    /// [`Session::hold_roots`]: super::Session::hold_roots
+    HoldRoots { id: Id, held_until: Option<Instant> },
     /// A call that sends its request itself: route the session's requests and its progress to it.
     Register {
         id: Id,
@@ -130,7 +134,8 @@ async fn flush<T: Transport>(transport: &mut T, cmds: &mut mpsc::Receiver<Box<Cm
                 events.try_send(CallEvent::Closed("the gateway is shutting down".into()));
                 continue;
             }
-            Cmd::Forget { .. } => continue,
+            // The session closes: its held requests go unanswered with it.
+            Cmd::Forget { .. } | Cmd::HoldRoots { .. } => continue,
         };
         if Box::pin(transport.send(msg)).await.is_err() {
             break;
@@ -158,6 +163,10 @@ async fn command<T: Transport>(
             router.forget(&id);
             return Ok(());
         }
+        Cmd::HoldRoots { id, held_until } => match router.hold_roots(id, held_until).await {
+            Some(answer) => answer,
+            None => return Ok(()),
+        },
         Cmd::Register {
             id,
             progress,

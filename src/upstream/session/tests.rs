@@ -1,8 +1,9 @@
 //! Unit tests of the session handle and what its calls hear, over scripted transports.
 
+use super::router::{Router, Rules};
 use super::task::Cmd;
 use super::transport::{Direct, Inbound, Mark};
-use super::{CallEvent, Error, InitInfo, InitResults, Session};
+use super::{CallEvent, Error, EventTx, InitInfo, InitResults, Session};
 use crate::jsonrpc::{Id, Message};
 use crate::protocol::caps::Declared;
 use futures_util::future::BoxFuture;
@@ -211,4 +212,51 @@ async fn a_refused_request_is_unsent_even_when_the_session_says_closed_first() {
         "the call may be sent again: {event:?}"
     );
     assert!(!session.is_alive(), "no new call lands on the session");
+}
+
+/// A `roots/list` outside any call, held by the session, handed to the next interactive call,
+/// which ends before its client sees it and before the session hears the call is over: given
+/// back, it is held again with the deadline it had, not a new one, and refused at it.
+#[tokio::test(start_paused = true)]
+async fn a_held_roots_request_given_back_by_its_call_keeps_its_deadline() {
+    let rules = Rules {
+        static_roots: Arc::new(Vec::new()),
+        held_roots_wait: Duration::from_secs(30),
+    };
+    let declared = Declared {
+        roots: true,
+        ..Declared::default()
+    };
+    let mut router = Router::new("b".into(), declared, rules, 8);
+    let asked = Message::Request {
+        id: Id::Number(7),
+        method: "roots/list".into(),
+        params: None,
+    };
+    assert!(router.route(asked).await.is_empty(), "held, not answered");
+    let deadline = router.next_deadline().expect("held until a deadline");
+    let (tx, mut rx) = mpsc::channel(8);
+    router
+        .register(Id::Number(1), EventTx(tx), None, true)
+        .await;
+    let handed = rx.recv().await.map(|e| *e);
+    let Some(CallEvent::ServerRequest { id, held_until, .. }) = handed else {
+        panic!("the call gets the held request: {handed:?}");
+    };
+    assert_eq!((id, held_until), (Id::Number(7), Some(deadline)));
+    assert_eq!(router.next_deadline(), None, "the call has it now");
+    // The call is gone (its events closed) and has not been forgotten yet.
+    drop(rx);
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let again = router.hold_roots(Id::Number(7), Some(deadline)).await;
+    assert_eq!(again, None, "held again, not answered");
+    assert_eq!(
+        router.next_deadline(),
+        Some(deadline),
+        "with the deadline it had"
+    );
+    let refused = router.expire_held(deadline);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["id"], 7);
+    assert!(refused[0]["error"]["message"].is_string(), "{refused:?}");
 }
