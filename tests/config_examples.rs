@@ -489,12 +489,7 @@ fn serve_runs_as_many_shards_as_configured_and_stops_them_on_sigterm() {
             seen = shard_threads(child.id());
         }
         let answer = addr.as_deref().map(echo_call).unwrap_or_default();
-        send("TERM", &child);
-        let exited = exit_within(&mut child, std::time::Duration::from_secs(15));
-        if exited.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let exited = terminate(&mut child);
         let _ = std::fs::remove_file(&path);
         assert!(addr.is_some(), "the gateway did not start");
         assert_eq!(seen, workers, "worker_threads = {workers}");
@@ -513,6 +508,19 @@ fn send(signal: &str, child: &std::process::Child) {
     let _ = Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status();
+}
+
+/// Sends SIGTERM and waits for the drain (15 s at most); a child still running then is killed.
+/// Its exit status if it exited by itself.
+#[cfg(target_os = "linux")]
+fn terminate(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    send("TERM", child);
+    let exited = exit_within(child, std::time::Duration::from_secs(15));
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    exited
 }
 
 /// `child`'s exit status, if it exits within `limit`.
@@ -566,12 +574,7 @@ fn sighup_is_logged_and_ignored_and_sigterm_still_drains() {
         (Some(addr), None) => echo_call(addr),
         _ => String::new(),
     };
-    send("TERM", &child);
-    let exited = exit_within(&mut child, std::time::Duration::from_secs(15));
-    if exited.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    let exited = terminate(&mut child);
     let _ = std::fs::remove_file(&path);
     let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
     let _ = std::fs::remove_file(&log_path);
