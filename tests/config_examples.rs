@@ -67,18 +67,10 @@ fn check_prints_resolved_settings_and_exits_zero() {
 
 #[test]
 fn check_rejects_a_bad_config_with_exit_64_and_the_field() {
-    let path = std::env::temp_dir().join(format!("mrtr-bad-{}.toml", std::process::id()));
-    std::fs::write(
-        &path,
+    let out = check_text(
+        "bad",
         "[limits]\nmax_json_depth = 0\n[[backend]]\nname = \"b\"\ncommand = \"x\"\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run check");
-    let _ = std::fs::remove_file(&path);
+    );
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
