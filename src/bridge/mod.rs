@@ -519,7 +519,9 @@ pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorOb
 
 pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
     let code = match e {
-        upstream::Error::Busy(_) | upstream::Error::ShuttingDown => jsonrpc::BACKEND_BUSY,
+        upstream::Error::Busy(_)
+        | upstream::Error::PrincipalShare { .. }
+        | upstream::Error::ShuttingDown => jsonrpc::BACKEND_BUSY,
         _ => jsonrpc::BACKEND_FAILED,
     };
     ErrorObject::new(code, e.to_string())

@@ -23,6 +23,10 @@ pub struct Backend {
     pub path: String,
     pub transport: Transport,
     pub pool_max: usize,
+    /// Sessions one principal's interactive calls (parked ones among them) may hold.
+    pub principal_sessions: usize,
+    /// Sessions interactive calls never take, so a call that needs no input always finds one.
+    pub reserved_sessions: usize,
     pub idle_timeout: Duration,
     /// The version asked for in `initialize`; the server may answer an older one.
     pub protocol_version: &'static str,
@@ -183,9 +187,13 @@ fn validate(
     let transport = transport(field, kind, &b, builtin, principal)?;
     let protocol_version = protocol_version(field, b.protocol_version.as_deref())?;
     let replay = replay(field, &b)?;
+    let pool_max = positive(&field("pool_max"), b.pool_max, 16)?;
+    let (principal_sessions, reserved_sessions) = shares(field, &b, pool_max)?;
     Ok(Backend {
         replay,
-        pool_max: positive(&field("pool_max"), b.pool_max, 16)?,
+        pool_max,
+        principal_sessions,
+        reserved_sessions,
         idle_timeout: in_range(
             &field("idle_timeout"),
             b.idle_timeout,
@@ -199,6 +207,40 @@ fn validate(
         path,
         transport,
     })
+}
+
+/// How the pool is shared: `reserved_sessions` (below `pool_max`, so calls that need no input
+/// always have a session to take), then `principal_sessions` (from 1 to what interactive calls
+/// may hold in all). The defaults, an eighth and a quarter of the pool, fit any `pool_max`.
+fn shares(
+    field: &dyn Fn(&str) -> String,
+    b: &raw::Backend,
+    pool_max: usize,
+) -> Result<(usize, usize), ConfigError> {
+    let reserved = match b.reserved_sessions {
+        None => (pool_max / 8).max(1).min(pool_max - 1),
+        Some(n) if n < pool_max => n,
+        Some(_) => {
+            return Err(bad(
+                field("reserved_sessions"),
+                format!("must be less than `pool_max` ({pool_max})"),
+            ));
+        }
+    };
+    let interactive = pool_max - reserved;
+    let principal = match b.principal_sessions {
+        None => (pool_max / 4).clamp(1, interactive),
+        Some(n) if (1..=interactive).contains(&n) => n,
+        Some(_) => {
+            return Err(bad(
+                field("principal_sessions"),
+                format!(
+                    "must be between 1 and `pool_max` less `reserved_sessions` ({interactive})"
+                ),
+            ));
+        }
+    };
+    Ok((principal, reserved))
 }
 
 /// A name usable in logs, metrics and the describe output.

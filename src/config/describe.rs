@@ -251,10 +251,12 @@ fn describe_backend(s: &mut String, b: &Backend) {
     };
     let _ = writeln!(
         s,
-        "backend {:<9} {} -> {target} (pool {}, idle {}, asks {}, policy {policy}{})",
+        "backend {:<9} {} -> {target} (pool {}: {} per principal for calls that may ask for input, {} kept for calls that need none; idle {}, asks {}, policy {policy}{})",
         b.name,
         b.path,
         b.pool_max,
+        b.principal_sessions,
+        b.reserved_sessions,
         duration(b.idle_timeout),
         b.protocol_version,
         if b.server_info {

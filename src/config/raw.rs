@@ -247,6 +247,12 @@ pub struct Backend {
     pub write_queue: Option<usize>,
     /// Backend sessions at most (default 16); a parked call holds one.
     pub pool_max: Option<usize>,
+    /// Sessions one principal's calls that may ask for input (parked ones among them) hold at
+    /// most (default a quarter of `pool_max`, at least 1).
+    pub principal_sessions: Option<usize>,
+    /// Sessions calls that may ask for input never take, kept for calls that need none
+    /// (default an eighth of `pool_max`, at least 1; 0 with `pool_max = 1`).
+    pub reserved_sessions: Option<usize>,
     /// An idle session is closed after this (default 5 min).
     #[serde(default, with = "humantime_serde")]
     pub idle_timeout: Option<Duration>,

@@ -20,6 +20,11 @@ pub use session::{Call, CallEvent, Session};
 pub enum Error {
     #[error("backend `{0}` is busy: no session became free in time")]
     Busy(String),
+    /// Refused for the principal's own calls, not for others': they hold its whole share.
+    #[error(
+        "backend `{backend}` is busy with this principal's own calls: its calls that may ask for input, parked ones among them, hold {held} of the backend's sessions, all that `principal_sessions` allows it; answer its parked calls (or let them expire) and try again"
+    )]
+    PrincipalShare { backend: String, held: usize },
     #[error("backend `{backend}` could not be started: {reason}")]
     Spawn { backend: String, reason: String },
     #[error("backend `{backend}` failed to initialize: {reason}")]

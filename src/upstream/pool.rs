@@ -2,6 +2,12 @@
 //! no session carries two principals' state and each backend saw exactly the capabilities its
 //! client declared. A session runs at most one interactive call; other calls share it. Past the
 //! pool maximum, callers wait up to `queue_wait`, then get `Error::Busy`. Idle sessions close.
+//!
+//! Interactive calls (a parked call is one) are admitted within two shares of the pool, so one
+//! principal's parked calls cannot take a backend from everyone else. One principal's hold at
+//! most `principal_sessions` sessions: past it, its call waits for one of its own, then gets
+//! `Error::PrincipalShare`. All of them together leave `reserved_sessions` to calls that need
+//! no input, so those always find a session to share, to start, or to take from an idle one.
 
 use super::Error;
 use super::session::{Rules, Session, Start};
@@ -38,6 +44,47 @@ struct Slot {
 struct Slots {
     live: Vec<Slot>,
     starting: usize,
+    /// The principals of the starts in `starting` that are for interactive calls.
+    starting_interactive: Vec<Digest>,
+}
+
+impl Slots {
+    /// Sessions that interactive calls hold or are starting: `principal`'s, and everyone's. A
+    /// session that ended is not counted, whoever still leases it: a call sent again because
+    /// its session was gone (it holds the old lease meanwhile) is one call, not two.
+    fn interactive(&self, principal: &Digest) -> (usize, usize) {
+        let held = self
+            .live
+            .iter()
+            .filter(|s| s.interactive && s.session.is_alive());
+        let mine = held
+            .clone()
+            .filter(|s| s.key.principal == *principal)
+            .count()
+            + self
+                .starting_interactive
+                .iter()
+                .filter(|p| *p == principal)
+                .count();
+        (mine, held.count() + self.starting_interactive.len())
+    }
+
+    /// Counts a start for `want` (its principal too, if its call is interactive).
+    fn begin_start(&mut self, want: &Want<'_>) {
+        self.starting += 1;
+        if want.interactive {
+            self.starting_interactive.push(want.key.principal);
+        }
+    }
+
+    /// Gives back a start counted by [`Slots::begin_start`].
+    fn end_start(&mut self, interactive: Option<Digest>) {
+        self.starting -= 1;
+        let at = interactive.and_then(|p| self.starting_interactive.iter().position(|s| *s == p));
+        if let Some(i) = at {
+            self.starting_interactive.swap_remove(i);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -164,12 +211,9 @@ impl Pool {
                 return Err(Error::ShuttingDown);
             }
             let notified = self.freed.notified();
-            let taken = self.try_take(&want);
-            if !matches!(taken, Taken::Wait) {
-                self.metrics.queue_wait(queued.elapsed());
-            }
-            match taken {
+            let refusal = match self.try_take(&want) {
                 Taken::Lease(session) => {
+                    self.metrics.queue_wait(queued.elapsed());
                     return Ok(Lease {
                         pool: self.clone(),
                         session,
@@ -179,20 +223,28 @@ impl Pool {
                     });
                 }
                 Taken::Start => {
+                    self.metrics.queue_wait(queued.elapsed());
                     // Taken at once, in the poll that counted it: the count is given back
                     // however the start ends, even if the caller gives up while it runs.
                     let slot = Starting {
                         pool: self,
                         held: true,
+                        interactive: want.interactive.then_some(want.key.principal),
                     };
                     return self.start(&want, slot).await;
                 }
-                Taken::Wait => {
-                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        self.metrics.queue_wait(queued.elapsed());
-                        return Err(Error::Busy(self.backend.name.clone()));
-                    }
-                }
+                Taken::Wait => Error::Busy(self.backend.name.clone()),
+                // Waits too: the pool cannot tell a parked call from a running one, and a
+                // running call (a client that declares elicitation makes every call
+                // interactive) often ends within `queue_wait`. What waits holds no session.
+                Taken::OverShare(held) => Error::PrincipalShare {
+                    backend: self.backend.name.clone(),
+                    held,
+                },
+            };
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                self.metrics.queue_wait(queued.elapsed());
+                return Err(refusal);
             }
         }
     }
@@ -206,6 +258,15 @@ impl Pool {
             }
             keep
         });
+        if want.interactive {
+            let (mine, all) = slots.interactive(&want.key.principal);
+            if mine >= self.backend.principal_sessions {
+                return Taken::OverShare(mine);
+            }
+            if all >= self.backend.pool_max - self.backend.reserved_sessions {
+                return Taken::Wait;
+            }
+        }
         let found = slots.live.iter_mut().find(|s| {
             s.key == want.key
                 && !s.retired
@@ -221,7 +282,7 @@ impl Pool {
             return Taken::Lease(slot.session.clone());
         }
         if slots.live.len() + slots.starting < self.backend.pool_max {
-            slots.starting += 1;
+            slots.begin_start(want);
             return Taken::Start;
         }
         // Full: make room by closing the longest-idle session of another key.
@@ -235,7 +296,7 @@ impl Pool {
         if let Some(i) = idle {
             slots.live.swap_remove(i);
             self.metrics.ended(SessionEnd::Evicted);
-            slots.starting += 1;
+            slots.begin_start(want);
             return Taken::Start;
         }
         Taken::Wait
@@ -418,13 +479,15 @@ impl Pool {
 struct Starting<'a> {
     pool: &'a Pool,
     held: bool,
+    /// The principal of an interactive call's start.
+    interactive: Option<Digest>,
 }
 
 impl Starting<'_> {
     /// Gives the count back under the lock the caller holds (where the started session is
     /// added), so the pool is never seen over its maximum.
     fn give_back(mut self, slots: &mut Slots) {
-        slots.starting -= 1;
+        slots.end_start(self.interactive);
         self.held = false;
     }
 }
@@ -434,7 +497,9 @@ impl Drop for Starting<'_> {
         if !self.held {
             return;
         }
-        self.pool.slots.lock().expect("pool lock").starting -= 1;
+        let mut slots = self.pool.slots.lock().expect("pool lock");
+        slots.end_start(self.interactive);
+        drop(slots);
         self.pool.freed.notify_waiters();
     }
 }
@@ -443,62 +508,9 @@ enum Taken {
     Lease(Session),
     Start,
     Wait,
+    /// The principal's interactive calls hold this many sessions, its whole share.
+    OverShare(usize),
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Config;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn a_start_abandoned_while_the_backend_initializes_gives_its_slot_back() {
-        // A backend that never answers `initialize`.
-        let config = Config::parse(
-            "[[backend]]\nname = \"mute\"\ncommand = \"sleep\"\nargs = [\"30\"]\npool_max = 1\n",
-            None,
-        )
-        .expect("config");
-        let shutdown = CancellationToken::new();
-        let rules = Rules {
-            static_roots: Arc::new(Vec::new()),
-            held_roots_wait: Duration::from_secs(1),
-        };
-        let pool = Pool::new(
-            config.backends[0].clone(),
-            config.limits.clone(),
-            rules,
-            shutdown.clone(),
-            PoolMetrics::default(),
-            &Shards::none(),
-        );
-        let want = Want {
-            key: PoolKey {
-                principal: Digest([0; 32]),
-                fingerprint: 0,
-            },
-            declared: Declared::default(),
-            client_info: None,
-            interactive: false,
-            authorization: None,
-        };
-        for attempt in 0..2 {
-            let gave_up =
-                tokio::time::timeout(Duration::from_millis(200), pool.acquire(want.clone())).await;
-            assert!(
-                gave_up.is_err(),
-                "attempt {attempt}: the start is still running"
-            );
-            assert_eq!(
-                pool.session_states()[0],
-                (SessionState::Starting, 0),
-                "attempt {attempt}: nothing is starting once the caller gave up"
-            );
-        }
-        assert!(
-            matches!(pool.try_take(&want), Taken::Start),
-            "the pool's one slot is free to start a session"
-        );
-        shutdown.cancel();
-    }
-}
+mod tests;

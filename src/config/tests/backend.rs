@@ -164,3 +164,61 @@ fn a_bad_kind_is_blamed_on_kind_whatever_else_is_set() {
         assert!(err.reason.contains("expected \"stdio\""), "{err}");
     }
 }
+
+#[test]
+fn a_principal_takes_a_share_of_the_pool_and_some_is_kept_for_calls_without_input() {
+    let parse = |extra: &str| {
+        Config::parse(
+            &format!("[[backend]]\nname = \"s\"\ncommand = \"srv\"\n{extra}"),
+            None,
+        )
+    };
+    let shares = |extra: &str| {
+        let b = &parse(extra).unwrap().backends[0];
+        (b.pool_max, b.principal_sessions, b.reserved_sessions)
+    };
+    // A quarter and an eighth of the pool, at least one each, and nothing kept from a pool of
+    // one (its one session is all an interactive call could have).
+    assert_eq!(shares(""), (16, 4, 2));
+    assert_eq!(shares("pool_max = 4\n"), (4, 1, 1));
+    assert_eq!(shares("pool_max = 2\n"), (2, 1, 1));
+    assert_eq!(shares("pool_max = 1\n"), (1, 1, 0));
+    // A default share never exceeds what interactive calls may hold in all.
+    assert_eq!(shares("pool_max = 8\nreserved_sessions = 7\n"), (8, 1, 7));
+    assert_eq!(
+        shares("pool_max = 8\nprincipal_sessions = 6\nreserved_sessions = 2\n"),
+        (8, 6, 2)
+    );
+    assert_eq!(shares("reserved_sessions = 0\n"), (16, 4, 0));
+    for (extra, field, says) in [
+        (
+            "principal_sessions = 0\n",
+            "principal_sessions",
+            "between 1 and",
+        ),
+        (
+            "pool_max = 4\nprincipal_sessions = 5\n",
+            "principal_sessions",
+            "(3)",
+        ),
+        (
+            "pool_max = 8\nprincipal_sessions = 8\nreserved_sessions = 1\n",
+            "principal_sessions",
+            "`reserved_sessions` (7)",
+        ),
+        (
+            "pool_max = 4\nreserved_sessions = 4\n",
+            "reserved_sessions",
+            "(4)",
+        ),
+        (
+            "pool_max = 1\nreserved_sessions = 1\n",
+            "reserved_sessions",
+            "less than",
+        ),
+    ] {
+        let err = parse(extra).unwrap_err();
+        assert_eq!(err.field, format!("backend[0].{field}"), "{extra}");
+        assert!(err.reason.contains(says), "{extra}: {err}");
+    }
+}
