@@ -159,8 +159,9 @@ impl Gateway {
             Some(n) => (format!("gateway-{n}w"), format!("worker_threads = {n}\n")),
             None => ("gateway".to_owned(), String::new()),
         };
-        // Anonymous principal, so one client may hold every parked call; limits raised so the
-        // pool and the park registry are what the measurement exercises. Every load client
+        // Anonymous principal, so one client may hold every parked call (its share of the pool
+        // raised to all but the one session kept for calls that need no input); limits raised
+        // so the pool and the park registry are what the measurement exercises. Every load client
         // connects from 127.0.0.1: no cap per address.
         let config = format!(
             r#"[server]
@@ -187,10 +188,13 @@ level = "warn"
 [[backend]]
 name = "fixture"
 {backend_table}pool_max = {pool_max}
+reserved_sessions = 1
+principal_sessions = {principal_sessions}
 idle_timeout = "10m"
 "#,
             max_parked = s.max_parked,
             pool_max = s.pool_max,
+            principal_sessions = s.pool_max - 1,
         );
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config)?;
