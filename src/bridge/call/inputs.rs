@@ -37,11 +37,7 @@ impl Task {
         match run.match_push(method, &replay::ask_digest(&request)) {
             Match::New => Ok(Some(id)),
             Match::Answer(answer) => {
-                let _ = self
-                    .lease
-                    .session()
-                    .respond(id, Ok(input::to_legacy_result(&answer)))
-                    .await;
+                self.respond(id, Ok(input::to_legacy_result(&answer))).await;
                 Ok(None)
             }
             Match::Ask(_) if !input::allowed(&self.declared, kind, params) => {
@@ -103,7 +99,7 @@ impl Task {
                 jsonrpc::METHOD_NOT_FOUND,
                 format!("method `{method}` is not supported"),
             );
-            let _ = self.lease.session().respond(id, Err(e)).await;
+            self.respond(id, Err(e)).await;
             return false;
         };
         if !input::allowed(&self.declared, kind, params.as_ref()) {
@@ -128,7 +124,7 @@ impl Task {
                 jsonrpc::INTERNAL_ERROR,
                 format!("more than {most} input requests are outstanding for this call"),
             );
-            let _ = self.lease.session().respond(id, Err(e)).await;
+            self.respond(id, Err(e)).await;
             return false;
         }
         self.next_key += 1;
@@ -183,9 +179,9 @@ impl Task {
         Step::Park
     }
 
-    /// Checks a retry's answers, then writes them upstream. Missing keys stay pending. The
-    /// call's answer stream, if the park let it go, is picked up before the first answer goes
-    /// out ([`Task::pick_up_stream`]); a malformed retry leaves it let go.
+    /// Checks a retry's answers, then writes them upstream within the round's deadline. Missing
+    /// keys stay pending. The call's answer stream, if the park let it go, is picked up before
+    /// the first answer goes out ([`Task::pick_up_stream`]); a malformed retry leaves it let go.
     pub(super) async fn accept(&mut self, resume: &Resume) -> Result<(), ErrorObject> {
         for (key, pending) in &self.pending {
             if let Some(answer) = resume.responses.get(key) {
@@ -202,7 +198,7 @@ impl Task {
         for (key, pending) in answered {
             if let Some(id) = pending.upstream {
                 let answer = input::to_legacy_result(&resume.responses[&key]);
-                let _ = self.lease.session().respond(id, Ok(answer)).await;
+                self.respond(id, Ok(answer)).await;
             }
         }
         Ok(())
@@ -230,7 +226,7 @@ impl Task {
     /// Answers a backend's input request as a client without the capability would.
     pub(super) async fn refuse_input(&mut self, id: Id, kind: Kind, params: Option<&Value>) {
         let e = input::refused_answer(&self.declared, kind, params);
-        let _ = self.lease.session().respond(id, Err(e)).await;
+        self.respond(id, Err(e)).await;
     }
 
     pub(super) fn input_required(&mut self, park: ParkId, replay: Option<Transcript>) -> Value {

@@ -108,6 +108,12 @@ struct Task {
     parked_for: Duration,
     /// Since when the call is parked, if it is.
     parked_since: Option<Instant>,
+    /// When the task's current wait runs out. While the backend works on a round, the round's
+    /// deadline: `request_timeout` after the round started (a first request's once it is on
+    /// its session, a retry's when it reached the call), shared by the stream's pick-up, the
+    /// answers written upstream, a new session for a request the first never saw, and the wait
+    /// for the outcome. While the call is parked, the park's.
+    deadline: Instant,
 }
 
 /// The client's params: needed again only if the call is sent again.
@@ -238,6 +244,9 @@ async fn prepare(
         }
     };
     let session_declared = lease.session().info().declared;
+    // The first round starts once the request is on its session: the wait for a session
+    // (`queue_wait`) and a new session's `initialize` are bounded apart, before it.
+    let deadline = Instant::now() + bridge.config.limits.request_timeout;
     let task = Task {
         method: req.method,
         params: Params::Parsed(req.params),
@@ -259,6 +268,7 @@ async fn prepare(
         sent,
         parked_for: Duration::ZERO,
         parked_since: None,
+        deadline,
         replay: run,
         continues: false,
         bridge,

@@ -138,6 +138,8 @@ impl Task {
     ) -> Woke {
         let parked_at = Instant::now();
         let deadline = parked_at + self.bridge.config.state.park_ttl;
+        // What goes upstream while parked (a refusal) is bounded by the park, not the round.
+        self.deadline = deadline;
         self.round += 1;
         self.parked_since = Some(parked_at);
         let asked = self.pending_keys();
@@ -211,12 +213,14 @@ impl Task {
                         *retry = door.open(self.round);
                         continue;
                     };
-                    // The door lets in only a retry of this round.
+                    // The door lets in only a retry of this round, whose round starts now.
+                    self.deadline = Instant::now() + self.bridge.config.limits.request_timeout;
                     match Box::pin(self.accept(&resume)).await {
                         Ok(()) => return Woke::Retry(resume),
                         Err(e) => {
                             // A malformed answer leaves the park as it was: open again
                             // before the client hears of it.
+                            self.deadline = deadline;
                             *retry = door.open(self.round);
                             self.bridge.metrics.retry(RetryResult::Rejected, RetryReason::InvalidResponses);
                             let _ = resume.reply.send(Reply::Done(Err(e))).await;
@@ -231,7 +235,7 @@ impl Task {
     }
 
     /// Picks the call's answer stream up again if the park let it go, and waits until the
-    /// backend carries it (or the pick-up gives up, or `request_timeout` passes) before
+    /// backend carries it (or the pick-up gives up, or the round's deadline passes) before
     /// anything more goes upstream for the call. A backend may write the call's result as soon
     /// as it has the client's answers, and one that keeps nothing for a stream no connection
     /// carries would lose it: the call would end "without answering". A call the backend has
@@ -241,12 +245,9 @@ impl Task {
             return;
         }
         self.call.events.resume();
-        let wait = self.bridge.config.limits.request_timeout;
-        if tokio::time::timeout(wait, self.call.events.attached())
-            .await
-            .is_err()
-        {
-            tracing::debug!(backend = %self.lease.session().backend(), round = self.round, "the stream's pick-up was not taken within request_timeout; the answers go out anyway");
+        let attached = tokio::time::timeout_at(self.deadline, self.call.events.attached());
+        if attached.await.is_err() {
+            tracing::debug!(backend = %self.lease.session().backend(), round = self.round, "the stream's pick-up was not taken before the round's deadline; the round is over");
         }
     }
 

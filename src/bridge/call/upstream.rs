@@ -1,6 +1,7 @@
-//! The upstream side of a call: following the backend's events until it answers or asks,
-//! what it says while the call is parked, issuing the call again, shaping its outcome, and
-//! abandoning it (answering its open requests and cancelling it upstream).
+//! The upstream side of a call: following the backend's events until it answers or asks (or
+//! the round's deadline passes), what it says while the call is parked, answers written within
+//! the deadline, issuing the call again, shaping its outcome, and abandoning it (answering its
+//! open requests and cancelling it upstream, without waiting for the cancel to be taken).
 
 use super::{CANCEL_GRACE, Params, Step, Task};
 use crate::bridge::{Bridge, Reply, Request, backend_error, backend_failed, upstream_error};
@@ -18,11 +19,16 @@ use tokio::time::Instant;
 impl Task {
     /// Follows the upstream call until it finishes or asks for input.
     pub(super) async fn drive(&mut self, reply: &mpsc::Sender<Reply>) -> Step {
+        // The round ran out before the backend was waited on (in its session's start, the
+        // stream's pick-up, the answers): what went out upstream is unknown, so it ends here.
+        if Instant::now() >= self.deadline {
+            return self.timed_out();
+        }
         // Requests that arrived while parked, or answers still missing, go out at once.
         if !self.pending.is_empty() {
             return Step::Park;
         }
-        let timeout = tokio::time::sleep(self.bridge.config.limits.request_timeout);
+        let timeout = tokio::time::sleep_until(self.deadline);
         tokio::pin!(timeout);
         let mut coalesce: Option<Instant> = None;
         loop {
@@ -30,11 +36,7 @@ impl Task {
                 biased;
                 _ = reply.closed() => return Step::ClientGone,
                 _ = async { tokio::time::sleep_until(coalesce.expect("guarded")).await }, if coalesce.is_some() => return Step::Park,
-                _ = &mut timeout => {
-                    self.cancel_upstream("the call took too long").await;
-                    self.lease.retire();
-                    return Step::Done(Err(upstream_error(&crate::upstream::Error::Timeout(self.lease.session().backend().to_owned()))));
-                }
+                _ = &mut timeout => return self.timed_out(),
                 event = self.call.events.recv() => match event {
                     Some(CallEvent::Response(outcome)) => {
                         self.bridge.metrics.upstream_duration(self.lease.session().backend(), self.backend_time());
@@ -50,8 +52,10 @@ impl Task {
                         // one (a replayed call starts over anyway).
                         tracing::info!(backend = %self.lease.session().backend(), "{reason}; sending the call on a new session");
                         self.resent = true;
-                        if let Err(e) = Box::pin(self.issue_again()).await {
-                            return Step::Done(Err(e));
+                        match tokio::time::timeout_at(self.deadline, Box::pin(self.issue_again())).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Step::Done(Err(e)),
+                            Err(_) => return self.timed_out(),
                         }
                     }
                     Some(CallEvent::Closed(reason) | CallEvent::Unsent(reason)) => {
@@ -181,13 +185,33 @@ impl Task {
         Some(json!({"jsonrpc": "2.0", "method": method, "params": params}))
     }
 
-    pub(super) async fn cancel_upstream(&mut self, reason: &str) {
-        let params = json!({"requestId": self.call.id, "reason": reason});
-        let _ = self
-            .lease
-            .session()
-            .notify("notifications/cancelled", Some(params))
-            .await;
+    /// The round ran out of `request_timeout`. The client hears so at once: the call is
+    /// cancelled upstream in the background, and its session retired (closed once its other
+    /// calls end) in case the backend is stuck.
+    fn timed_out(&mut self) -> Step {
+        self.cancel_upstream("the call took too long");
+        self.lease.retire();
+        let timeout = crate::upstream::Error::Timeout(self.lease.session().backend().to_owned());
+        Step::Done(Err(upstream_error(&timeout)))
+    }
+
+    /// Tells the backend the call is cancelled, without waiting for it to take the message.
+    pub(super) fn cancel_upstream(&self, reason: &str) {
+        self.lease.session().cancel(&self.call.id, reason);
+    }
+
+    /// Answers one of the backend's requests within the task's deadline: an answer the backend
+    /// has not taken by then is given up, not waited on for a timeout of its own (in a round,
+    /// the round is over and the call with it; while parked, the park).
+    pub(super) async fn respond(&mut self, id: Id, outcome: Result<Value, ErrorObject>) {
+        let session = self.lease.session();
+        if Instant::now() < self.deadline {
+            let answered = tokio::time::timeout_at(self.deadline, session.respond(id, outcome));
+            if Box::pin(answered).await.is_ok() {
+                return;
+            }
+        }
+        tracing::debug!(backend = %session.backend(), round = self.round, "an answer to the backend was given up at the deadline");
     }
 
     /// Once the backend has answered the call, lets go of the input requests the call leaves
@@ -246,7 +270,7 @@ impl Task {
         if self.outcome.is_some() || self.reissue {
             return; // the upstream call already ended
         }
-        self.cancel_upstream(reason).await;
+        self.cancel_upstream(reason);
         // A stream let go while parked is picked up again to see the backend let go of the call.
         self.call.events.resume();
         let grace = tokio::time::sleep(CANCEL_GRACE);

@@ -8,7 +8,7 @@ use super::endpoint::{Endpoint, Ids, has_session, post_headers, session_headers}
 use super::link::{Failure, Link, Sink, encode, status_failure};
 use super::request::unless_closed;
 use super::resume::{resume, standalone};
-use super::streams::{Cursor, next};
+use super::streams::{Cursor, next, report};
 use crate::config::Http as Config;
 use crate::jsonrpc::Id;
 use crate::upstream::session::{self, Inbound, Mark, Transport};
@@ -22,12 +22,17 @@ use tokio_util::task::TaskTracker;
 
 /// How long closing a session (DELETE) may take.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a message sent in the background (a call's cancel) may take to be taken.
+const DETACHED_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A Streamable HTTP session.
 pub(crate) struct StreamableHttp {
     ep: Endpoint,
     rx: mpsc::Receiver<Box<Inbound>>,
     tasks: TaskTracker,
+    /// What calls send in the background ([`session::Direct::send_detached`]): let finish
+    /// before the session closes.
+    detached: TaskTracker,
     /// Whether to keep the standalone GET stream open.
     standalone: bool,
     /// Whether a parked call may let its numbered stream go until its retry.
@@ -44,6 +49,7 @@ impl StreamableHttp {
             },
             rx,
             tasks: TaskTracker::new(),
+            detached: TaskTracker::new(),
             standalone: cfg.standalone_stream,
             release_parked: cfg.release_parked_streams,
         }
@@ -79,6 +85,8 @@ async fn send_one_way(ep: &Endpoint, msg: &Value) -> Result<(), String> {
 struct Direct {
     ep: Endpoint,
     release_parked: bool,
+    /// What calls send in the background, which the session lets finish before it closes.
+    detached: TaskTracker,
 }
 
 impl session::Direct for Direct {
@@ -119,6 +127,25 @@ impl session::Direct for Direct {
         Box::pin(async move { send_one_way(&ep, &msg).await })
     }
 
+    fn send_detached(&self, msg: Value) {
+        let ep = self.ep.clone();
+        self.detached.spawn(async move {
+            let link = ep.link.clone();
+            let sent = tokio::time::timeout(DETACHED_TIMEOUT, send_one_way(&ep, &msg));
+            tokio::select! {
+                _ = link.stop.cancelled() => {}
+                sent = sent => match sent {
+                    Ok(Ok(())) => {}
+                    // The session is gone: its task hears so, as from a call's own stream.
+                    Ok(Err(gone)) => report(&link.inbound, Inbound::ended(gone)).await,
+                    Err(_) => {
+                        tracing::debug!(backend = %link.backend, "a message sent in the background was not taken in time");
+                    }
+                },
+            }
+        });
+    }
+
     fn releases_parked(&self) -> bool {
         self.release_parked
     }
@@ -133,6 +160,7 @@ impl Transport for StreamableHttp {
         Some(Arc::new(Direct {
             ep: self.ep.clone(),
             release_parked: self.release_parked,
+            detached: self.detached.clone(),
         }))
     }
 
@@ -159,10 +187,20 @@ impl Transport for StreamableHttp {
     }
 
     async fn close(self) {
-        let StreamableHttp { ep, rx, tasks, .. } = self;
+        let StreamableHttp {
+            ep,
+            rx,
+            tasks,
+            detached,
+            ..
+        } = self;
         // Nothing reads the queue from here on: calls whose streams still carry something for
         // the session hear at once that it cannot be delivered.
         drop(rx);
+        // A cancel a call sent just before goes out first (within its own bound), so the
+        // backend hears of the cancelled call before the session ends.
+        detached.close();
+        detached.wait().await;
         ep.link.stop.cancel();
         tasks.close();
         if has_session(&ep.ids) {

@@ -297,6 +297,30 @@ impl Session {
         self.command(Cmd::Notify { method, params }).await
     }
 
+    /// Tells the backend that call `id` is cancelled, without waiting for it to take the
+    /// message: a client's answer never waits on a backend that may be stuck. On Streamable
+    /// HTTP the POST runs in the background, owned by the session ([`Direct::send_detached`]);
+    /// elsewhere the message joins the session task's queue, in order behind the answers
+    /// already there, unless the queue is full (the task is far behind; a call the backend
+    /// does not let go gets its session closed anyway).
+    pub fn cancel(&self, id: &Id, reason: &str) {
+        let method = "notifications/cancelled".to_owned();
+        let params = Some(json!({"requestId": id, "reason": reason}));
+        if let Some(direct) = &self.inner.direct {
+            if self.is_alive() {
+                direct.send_detached(Message::Notification { method, params }.into_value());
+            }
+            return;
+        }
+        let queued = self
+            .inner
+            .cmd
+            .try_send(Box::new(Cmd::Notify { method, params }));
+        if queued.is_err() {
+            tracing::debug!(backend = %self.inner.backend, session = self.inner.id, "the session task takes no command now; the cancel is not sent");
+        }
+    }
+
     /// Sends a one-way message from the caller's own task, when the transport lets calls send
     /// (no hand-over to the session task on the way). A session the backend no longer knows
     /// ends here as it would in the session task.

@@ -55,6 +55,8 @@ impl Direct for Scripted {
         Box::pin(async { Ok(()) })
     }
 
+    fn send_detached(&self, _msg: Value) {}
+
     fn releases_parked(&self) -> bool {
         false
     }

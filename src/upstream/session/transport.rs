@@ -89,6 +89,9 @@ pub(crate) trait Direct: Send + Sync + std::fmt::Debug {
     /// Sends a message that opens no answer stream (an answer to the backend, a notification)
     /// straight from the caller. An error means the session is gone.
     fn send(&self, msg: Value) -> BoxFuture<'static, Result<(), String>>;
+    /// Sends a one-way message without waiting for the backend to take it: the session owns
+    /// the send, which gives up after a short while and stops when the session closes.
+    fn send_detached(&self, msg: Value);
     /// Whether a parked call may let its stream go and pick it up again later.
     fn releases_parked(&self) -> bool;
     /// The session task's queue, for what a call's stream carries that is not the call's.
