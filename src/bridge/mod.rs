@@ -411,16 +411,29 @@ impl Bridge {
         }
         // The backend's result goes out as it wrote it, with these members set, and its
         // serverInfo in `_meta`.
-        match &session.info().server_info {
+        let text = match &session.info().server_info {
             Some(info) => result.with_members_and_meta(&set, (protocol::meta::SERVER_INFO, info)),
             None => result.with_members(&set),
         }
-        .map(jsonrpc::Payload::Text)
         .ok_or_else(|| {
             let why = "its result is not a JSON object";
             tracing::warn!(%backend, %method, "{why}");
             backend_failed(backend, "", why)
-        })
+        })?;
+        // The client's connection holds the reply until it is written, however slowly the
+        // client reads: past the limit, the call ends here instead.
+        let (bytes, limit) = (text.len(), self.config.limits.max_reply_bytes);
+        if bytes > limit {
+            tracing::warn!(%backend, %method, bytes, limit, "a result over limits.max_reply_bytes");
+            return Err(ErrorObject::new(
+                jsonrpc::INTERNAL_ERROR,
+                format!(
+                    "backend `{backend}` returned a result too large to send: {bytes} bytes, \
+                     over the limit of {limit} bytes for one reply (limits.max_reply_bytes)"
+                ),
+            ));
+        }
+        Ok(jsonrpc::Payload::Text(text))
     }
 
     /// Digest binding a requestState to its originating request.

@@ -164,6 +164,11 @@ impl Config {
         );
         line(
             s,
+            "replies",
+            format!("{} at most", bytes(limits.max_reply_bytes)),
+        );
+        line(
+            s,
             "parked calls",
             format!(
                 "{} per principal, {} in all",

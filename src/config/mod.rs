@@ -117,6 +117,9 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_json_depth: usize,
     pub max_line_bytes: usize,
+    /// The largest backend result (as sent, its members set) or notification event a client
+    /// connection holds: a larger result ends its call with -32603, a notification is dropped.
+    pub max_reply_bytes: usize,
     pub max_parked_per_principal: usize,
     pub max_parked_total: usize,
     /// Input requests a backend may have outstanding in one call; also the `roots/list`

@@ -123,6 +123,10 @@ pub struct Limits {
     pub max_json_depth: Option<usize>,
     /// One message from a backend: a stdio line, an SSE event, a JSON body (default 4 MiB).
     pub max_line_bytes: Option<usize>,
+    /// A backend's result as sent to the client, and a notification's event: a client that
+    /// stops reading keeps it in memory until written (default `max_line_bytes` + 64 KiB,
+    /// the largest result a backend can send; 64 KiB to 1 GiB).
+    pub max_reply_bytes: Option<usize>,
     /// Parked calls one principal may hold (default 64).
     pub max_parked_per_principal: Option<usize>,
     /// Parked calls in the whole gateway (default 10,000).

@@ -318,3 +318,21 @@ fn an_idle_admin_connection_gets_a_short_head_timeout() {
         assert_eq!(err.field, "admin.header_timeout", "{err}");
     }
 }
+
+#[test]
+fn a_reply_may_be_the_largest_result_unless_configured_from_64_kib_to_1_gib() {
+    let limits = |text: &str| Config::parse(&format!("[limits]\n{text}\n{MINIMAL}"), None);
+    assert_eq!(
+        limits("").unwrap().limits.max_reply_bytes,
+        (4 << 20) + (64 << 10)
+    );
+    let c = limits("max_line_bytes = 1536").unwrap();
+    assert_eq!(c.limits.max_reply_bytes, 1536 + (64 << 10));
+    let c = limits("max_reply_bytes = 65536").unwrap();
+    assert_eq!(c.limits.max_reply_bytes, 65536);
+    assert!(c.describe().contains("replies           64 KiB at most\n"));
+    for refused in ["65535", "1073741825"] {
+        let err = limits(&format!("max_reply_bytes = {refused}")).unwrap_err();
+        assert_eq!(err.field, "limits.max_reply_bytes", "{err}");
+    }
+}

@@ -10,6 +10,7 @@ use super::{
     Admin, Cache, Config, ConfigError, Fleet, Limits, Log, LogFormat, MAX_JSON_DEPTH,
     PrincipalSource, Server, State, backend, bad, parse_host_port, raw,
 };
+use crate::wire::hop;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +18,9 @@ use std::time::Duration;
 
 /// Most worker threads a config may ask for.
 const MAX_WORKER_THREADS: usize = 256;
+
+/// The largest `limits.max_reply_bytes`: a reply each client connection may hold.
+const MAX_REPLY_BYTES: usize = 1 << 30;
 
 impl Config {
     /// Reads, parses and validates a config file. Whether its backends' programs can run on
@@ -215,10 +219,21 @@ fn state(raw: &raw::State, env_keys: Option<&str>) -> Result<State, ConfigError>
 
 /// `[limits]`: the bounds on bodies, nesting, lines, parked calls and waits.
 fn limits(raw: &raw::Limits) -> Result<Limits, ConfigError> {
+    let max_line_bytes = positive("limits.max_line_bytes", raw.max_line_bytes, 4 << 20)?;
+    // By default a reply may be the largest result a backend can send: its largest message,
+    // and the members the gateway sets on it.
+    let largest_result = max_line_bytes.saturating_add(hop::EVENT_SLACK);
     let limits = Limits {
         max_body_bytes: positive("limits.max_body_bytes", raw.max_body_bytes, 1 << 20)?,
         max_json_depth: positive("limits.max_json_depth", raw.max_json_depth, 64)?,
-        max_line_bytes: positive("limits.max_line_bytes", raw.max_line_bytes, 4 << 20)?,
+        max_line_bytes,
+        max_reply_bytes: in_range(
+            "limits.max_reply_bytes",
+            raw.max_reply_bytes,
+            largest_result.min(MAX_REPLY_BYTES),
+            64 << 10,
+            MAX_REPLY_BYTES,
+        )?,
         max_parked_per_principal: positive(
             "limits.max_parked_per_principal",
             raw.max_parked_per_principal,

@@ -231,14 +231,24 @@ pub fn request_text(id: &Id, method: &str, params: Option<&Value>) -> Vec<u8> {
     out
 }
 
-/// A response's JSON text: `result` written as it is when it is text already.
+/// What a response with a result writes around its id and its result.
+const FRAME: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":,\"result\":}";
+
+/// A response's JSON text: `result` written as it is when it is text already. The id and a
+/// text result are measured first and given room up front: the buffer is what a client's
+/// connection holds until it is written, and one grown by doubling would keep up to twice that.
 pub fn response_text(id: Option<&Id>, outcome: &Result<Payload, ErrorObject>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\"");
     // An id and an error object always serialize. Without an id (see `response`) there is none.
+    let id = id.map(|id| serde_json::to_vec(id).unwrap_or_default());
+    let result = match outcome {
+        Ok(Payload::Text(t)) => t.len(),
+        _ => 128,
+    };
+    let mut out = Vec::with_capacity(FRAME.len() + id.as_ref().map_or(0, Vec::len) + result);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\"");
     if let Some(id) = id {
         out.extend_from_slice(b",\"id\":");
-        let _ = serde_json::to_writer(&mut out, id);
+        out.extend_from_slice(&id);
     }
     match outcome {
         Ok(Payload::Value(v)) => {

@@ -175,7 +175,7 @@ async fn handle(
         method: label,
         counted: false,
     };
-    Ok(reply(id, rx, tally).await)
+    Ok(reply(id, rx, tally, limits.max_reply_bytes).await)
 }
 
 /// Counts one request's outcome exactly once; a request dropped before its outcome went out
@@ -424,56 +424,85 @@ async fn reply(
     id: Id,
     mut rx: tokio::sync::mpsc::Receiver<Reply>,
     mut tally: Tally,
+    max_reply_bytes: usize,
 ) -> hyper::Response<Body> {
-    match rx.recv().await {
-        Some(Reply::Done(outcome)) => {
-            tally.outcome(&outcome);
-            respond::outcome(&id, &outcome)
-        }
-        None => {
-            let outcome = Err(ErrorObject::new(
-                jsonrpc::INTERNAL_ERROR,
-                "the request ended without a result",
-            ));
-            tally.outcome(&outcome);
-            respond::bytes(StatusCode::OK, jsonrpc::response_text(Some(&id), &outcome))
-        }
+    let outcome = match rx.recv().await {
+        Some(Reply::Done(outcome)) => outcome,
+        None => Err(ErrorObject::new(
+            jsonrpc::INTERNAL_ERROR,
+            "the request ended without a result",
+        )),
         Some(Reply::Notification(first)) => {
-            let stream = futures_util::stream::unfold(
-                (Some(first), Some(rx), id, tally),
-                |(first, rx, id, mut tally)| async move {
-                    if let Some(note) = first {
-                        return Some((Ok(Frame::data(sse_event(&note))), (None, rx, id, tally)));
-                    }
-                    let mut rx = rx?;
-                    match rx.recv().await {
-                        Some(Reply::Notification(note)) => Some((
-                            Ok(Frame::data(sse_event(&note))),
-                            (None, Some(rx), id, tally),
-                        )),
-                        Some(Reply::Done(outcome)) => {
-                            tally.outcome(&outcome);
-                            let text = jsonrpc::response_text(Some(&id), &outcome);
-                            Some((
-                                Ok(Frame::data(Bytes::from(crate::sse::encode_text(
-                                    "message",
-                                    // Made of JSON text: UTF-8.
-                                    &String::from_utf8_lossy(&text),
-                                )))),
-                                (None, None, id, tally),
-                            ))
-                        }
-                        None => None,
-                    }
-                },
-            );
-            respond::event_stream(stream)
+            let events = Events {
+                first: Some(first),
+                rx: Some(rx),
+                id,
+                tally,
+                max_reply_bytes,
+            };
+            let frames = futures_util::stream::unfold(events, |mut events| async move {
+                let event = events.next().await?;
+                Some((Ok(Frame::data(event)), events))
+            });
+            return respond::event_stream(frames);
         }
-    }
+    };
+    tally.outcome(&outcome);
+    respond::outcome(&id, outcome)
 }
 
-fn sse_event(msg: &Value) -> Bytes {
-    Bytes::from(crate::sse::encode("message", msg))
+/// A reply sent as an event stream, notifications first: what is left of it to send.
+struct Events {
+    /// The notification that opened the stream, until it is sent.
+    first: Option<Value>,
+    /// `None` once the result went.
+    rx: Option<tokio::sync::mpsc::Receiver<Reply>>,
+    id: Id,
+    tally: Tally,
+    max_reply_bytes: usize,
+}
+
+impl Events {
+    /// The next event to send, or `None` once the result went (or the request ended without
+    /// one: the client reads the end of the stream).
+    async fn next(&mut self) -> Option<Bytes> {
+        if let Some(event) = self.first.take().and_then(|note| self.note(&note)) {
+            return Some(event);
+        }
+        loop {
+            match self.rx.as_mut()?.recv().await? {
+                Reply::Notification(note) => {
+                    if let Some(event) = self.note(&note) {
+                        return Some(event);
+                    }
+                }
+                Reply::Done(outcome) => {
+                    self.rx = None;
+                    self.tally.outcome(&outcome);
+                    // The outcome goes here: the event is the one copy of it left.
+                    let text = jsonrpc::response_text(Some(&self.id), &outcome);
+                    drop(outcome);
+                    // Made of JSON text: UTF-8.
+                    let text = String::from_utf8_lossy(&text);
+                    return Some(Bytes::from(crate::sse::encode_text("message", &text)));
+                }
+            }
+        }
+    }
+
+    /// A notification's event, or `None` when it is over the limit: it is dropped, as
+    /// notifications are for a client that does not read them.
+    fn note(&self, note: &Value) -> Option<Bytes> {
+        let event = Bytes::from(crate::sse::encode("message", note));
+        if event.len() > self.max_reply_bytes {
+            tracing::debug!(
+                bytes = event.len(),
+                "notification over limits.max_reply_bytes; dropped"
+            );
+            return None;
+        }
+        Some(event)
+    }
 }
 
 #[cfg(test)]

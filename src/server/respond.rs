@@ -71,12 +71,12 @@ pub fn status_of(outcome: &Result<Payload, ErrorObject>) -> StatusCode {
     }
 }
 
-/// The engine's outcome for request `id`, as JSON under its status.
-pub fn outcome(id: &Id, outcome: &Result<Payload, ErrorObject>) -> hyper::Response<Body> {
-    bytes(
-        status_of(outcome),
-        jsonrpc::response_text(Some(id), outcome),
-    )
+/// The engine's outcome for request `id`, as JSON under its status. The outcome is dropped
+/// once written: the response's text is then the one copy of the reply its connection holds,
+/// for as long as a client that stopped reading leaves it unwritten.
+pub fn outcome(id: &Id, outcome: Result<Payload, ErrorObject>) -> hyper::Response<Body> {
+    let status = status_of(&outcome);
+    bytes(status, jsonrpc::response_text(Some(id), &outcome))
 }
 
 pub fn json(status: StatusCode, body: &Value) -> hyper::Response<Body> {
@@ -122,4 +122,22 @@ where
         .header("x-accel-buffering", "no")
         .body(BodyExt::boxed_unsync(StreamBody::new(events)))
         .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_to_a_text_result_is_one_copy_of_its_exact_size() {
+        let id = Id::String("a-long-request-id-".repeat(20));
+        let result = Payload::Text(format!("{{\"text\":\"{}\"}}", "x".repeat(100_000)));
+        let text = jsonrpc::response_text(Some(&id), &Ok(result));
+        assert_eq!(text.capacity(), text.len(), "no room left over to hold");
+        let value: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            value["result"]["text"].as_str().map(str::len),
+            Some(100_000)
+        );
+    }
 }
