@@ -20,6 +20,7 @@ fn request(name: &str, caps: Value) -> Request {
         params: params.as_object().expect("object").clone(),
         principal: mrtr_gateway::seal::digest(b"tester"),
         authorization: None,
+        param_headers: Default::default(),
     }
 }
 

@@ -10,12 +10,14 @@ mod forward;
 pub mod park;
 mod replay;
 mod retry;
+mod tools;
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
 use crate::metrics::Metrics;
 use crate::protocol::caps::Declared;
 use crate::protocol::meta::RequestMeta;
+use crate::protocol::param;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest, KeyRing};
 use crate::shard::Shards;
@@ -40,6 +42,9 @@ pub struct Request {
     pub principal: Digest,
     /// The client's `Authorization` header; reaches a backend only if its policy says `pass`.
     pub authorization: Option<http::HeaderValue>,
+    /// The client's `Mcp-Param-*` headers, checked against a `tools/call`'s arguments; never
+    /// sent to a backend.
+    pub param_headers: param::Headers,
 }
 
 /// The one error every requestState failure gets, whatever check failed.
@@ -69,8 +74,9 @@ pub struct Bridge {
     sessions: CancellationToken,
     /// Set at SIGTERM: new requests are refused, retries of parked calls still served.
     draining: AtomicBool,
-    /// Tool annotations per (backend, principal), for the `auto` replay policy.
-    pub(crate) annotations: replay::Annotations,
+    /// Backend tool lists per (backend, principal): the `auto` replay policy and the
+    /// `Mcp-Param-*` headers read them.
+    pub(crate) tools: tools::Catalogs,
     /// The client of the internal hop, for retries of calls parked on other replicas.
     hop: upstream::h1::Client,
 }
@@ -106,6 +112,7 @@ impl Bridge {
                 )
             })
             .collect();
+        let tools = tools::Catalogs::new(&config.limits);
         Arc::new(Bridge {
             keys: config.state.keys.clone(),
             hop: forward::client(&config, shards),
@@ -117,7 +124,7 @@ impl Bridge {
             shutdown: CancellationToken::new(),
             sessions,
             draining: AtomicBool::new(false),
-            annotations: replay::Annotations::default(),
+            tools,
         })
     }
 
@@ -210,7 +217,19 @@ impl Bridge {
                     let _ = tx.send(Reply::Done(Err(shutting_down()))).await;
                 })
             } else if protocol::is_mrtr_method(&req.method) {
-                call::serve(bridge, backend, req, tx, false)
+                Box::pin(async move {
+                    // A retry takes no session before it reaches its call (or the replica
+                    // that holds it): its `Mcp-Param-*` headers are checked here, a new call's
+                    // once it has its session (`issue_new_call`). A retry forwarded from
+                    // another replica was checked there.
+                    if req.params.contains_key("requestState")
+                        && let Err(e) = tools::check_headers(&bridge, backend, &req, None).await
+                    {
+                        let _ = tx.send(Reply::Done(Err(e))).await;
+                        return;
+                    }
+                    call::serve(bridge, backend, req, tx, false).await
+                })
             } else {
                 Box::pin(async move {
                     let outcome = bridge.plain(backend, req).await;
@@ -298,6 +317,9 @@ impl Bridge {
                 )));
             }
         };
+        if req.method == "tools/list" {
+            self.tools.learn(backend, &req, &outcome);
+        }
         self.finish(lease.session(), &req.method, false, outcome)
     }
 
@@ -330,12 +352,38 @@ impl Bridge {
         req: &Request,
         interactive: bool,
     ) -> Result<(upstream::Lease, upstream::Call), ErrorObject> {
+        self.issue_checked(backend, req, interactive, false).await
+    }
+
+    /// Leases a session and sends a client's new call on it, a `tools/call`'s `Mcp-Param-*`
+    /// headers checked in between (`tools::check_headers`): a tool list not kept is fetched on
+    /// that same session, so a busy backend is waited for once and one that cannot start is
+    /// started once.
+    pub(crate) async fn issue_new_call(
+        &self,
+        backend: usize,
+        req: &Request,
+        interactive: bool,
+    ) -> Result<(upstream::Lease, upstream::Call), ErrorObject> {
+        self.issue_checked(backend, req, interactive, true).await
+    }
+
+    async fn issue_checked(
+        &self,
+        backend: usize,
+        req: &Request,
+        interactive: bool,
+        check_headers: bool,
+    ) -> Result<(upstream::Lease, upstream::Call), ErrorObject> {
         let mut fresh = false;
         loop {
             let lease = self
                 .lease(backend, req, interactive)
                 .await
                 .map_err(|e| upstream_error(&e))?;
+            if check_headers {
+                tools::check_headers(self, backend, req, Some(lease.session())).await?;
+            }
             // Built for each attempt (a second one is rare) rather than copied for it.
             let params = upstream_params(&req.params, &req.meta);
             match lease
@@ -471,6 +519,16 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
     if let Some(token) = &meta.progress_token {
         m.insert("progressToken".into(), token.clone());
     }
+    add_trace(meta, &mut m);
+    if !m.is_empty() {
+        p.insert("_meta".into(), Value::Object(m));
+    }
+    Value::Object(p)
+}
+
+/// The client's W3C trace context, for the `_meta` of a request the gateway sends the backend
+/// on its behalf.
+pub(crate) fn add_trace(meta: &RequestMeta, m: &mut Map<String, Value>) {
     if let Some(trace) = &meta.trace {
         m.insert(
             protocol::meta::TRACEPARENT.into(),
@@ -483,10 +541,6 @@ pub(crate) fn upstream_params(params: &Map<String, Value>, meta: &RequestMeta) -
             );
         }
     }
-    if !m.is_empty() {
-        p.insert("_meta".into(), Value::Object(m));
-    }
-    Value::Object(p)
 }
 
 /// -31000 for a request the gateway will not take on as it shuts down: another replica can.
@@ -541,75 +595,4 @@ pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backend_error_codes_as_2026_07_28_allows_them() {
-        let code = |c: i64| backend_error(ErrorObject::new(c, "m")).code;
-        assert_eq!(code(jsonrpc::LEGACY_RESOURCE_NOT_FOUND), INVALID_PARAMS);
-        assert_eq!(code(-32050), jsonrpc::INTERNAL_ERROR);
-        assert_eq!(code(-32020), jsonrpc::INTERNAL_ERROR);
-        assert_eq!(code(-32099), jsonrpc::INTERNAL_ERROR);
-        assert_eq!(code(-32019), -32019);
-        assert_eq!(code(-32100), -32100);
-        assert_eq!(code(-32601), -32601);
-    }
-
-    #[test]
-    fn backend_missing_capability_passes_only_when_it_names_them() {
-        let code = |data: Value| {
-            backend_error(ErrorObject::new(jsonrpc::MISSING_CLIENT_CAPABILITY, "m").with_data(data))
-                .code
-        };
-        let needs = json!({"requiredCapabilities": {"roots": {}}});
-        assert_eq!(code(needs), jsonrpc::MISSING_CLIENT_CAPABILITY);
-        let other = json!({"requiredCapabilities": ["roots"]});
-        assert_eq!(code(other), jsonrpc::INTERNAL_ERROR);
-        assert_eq!(code(json!({"roots": {}})), jsonrpc::INTERNAL_ERROR);
-        assert_eq!(code(json!(null)), jsonrpc::INTERNAL_ERROR);
-        let bare = ErrorObject::new(jsonrpc::MISSING_CLIENT_CAPABILITY, "m");
-        assert_eq!(backend_error(bare).code, jsonrpc::INTERNAL_ERROR);
-    }
-
-    #[test]
-    fn request_digest_is_the_sha256_of_the_canonical_object_of_its_fields() {
-        let params: Map<String, Value> = serde_json::from_str(
-            r#"{"name":"t","arguments":{"b":[1,{"z":null,"a":"é\n"}],"a":1.5},"_meta":{"x":1}}"#,
-        )
-        .unwrap();
-        let object = json!({
-            "method": "tools/call",
-            "name": params.get("name"),
-            "uri": params.get("uri"),
-            "arguments": params.get("arguments"),
-        });
-        assert_eq!(
-            Bridge::request_digest("tools/call", &params),
-            seal::digest(&serde_json::to_vec(&object).unwrap())
-        );
-    }
-
-    #[test]
-    fn request_digest_ignores_key_order_and_meta() {
-        let a: Map<String, Value> =
-            serde_json::from_str(r#"{"name":"t","arguments":{"x":1,"y":[1,2]},"_meta":{"a":1}}"#)
-                .unwrap();
-        let b: Map<String, Value> =
-            serde_json::from_str(r#"{"arguments":{"y":[1,2],"x":1},"name":"t"}"#).unwrap();
-        let c: Map<String, Value> =
-            serde_json::from_str(r#"{"arguments":{"y":[2,1],"x":1},"name":"t"}"#).unwrap();
-        assert_eq!(
-            Bridge::request_digest("tools/call", &a),
-            Bridge::request_digest("tools/call", &b)
-        );
-        assert_ne!(
-            Bridge::request_digest("tools/call", &a),
-            Bridge::request_digest("tools/call", &c)
-        );
-        assert_ne!(
-            Bridge::request_digest("tools/call", &a),
-            Bridge::request_digest("prompts/get", &a)
-        );
-    }
-}
+mod tests;

@@ -5,27 +5,15 @@
 //! input request's digest; a push the transcript does not hold, once every answer was used,
 //! is a new round. Anything else (the backend asks something different, earlier) is refused.
 //!
-//! This module also owns the policy choice (`hold`, `replay`, `auto` from tool annotations).
+//! This module also owns the policy choice (`hold`, `replay`, `auto` from tool annotations,
+//! read from the backend's tool list kept by `tools`).
 
-use super::{Bridge, Request};
+use super::{Bridge, Request, tools};
 use crate::config::Policy;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
 use crate::protocol::input::{self, Kind};
 use crate::seal::{self, Digest, Turn};
-use crate::upstream::{CallEvent, Session};
-use dashmap::DashMap;
-use serde_json::{Map, Value, json};
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
-
-/// How long a backend's tool annotations are trusted before they are fetched again.
-const ANNOTATIONS_TTL: Duration = Duration::from_secs(300);
-/// At most this many (backend, principal) annotation sets are cached; past it the cache restarts.
-const ANNOTATIONS_MAX: usize = 4096;
-/// `tools/list` pages followed at most when fetching annotations.
-const MAX_PAGES: usize = 16;
+use serde_json::{Map, Value};
 
 /// The digest a push is matched by: the input request as the client sees it (method and
 /// params, without `_meta`), canonical because serde_json maps are ordered by key.
@@ -104,39 +92,9 @@ pub(super) fn mismatch(backend: &str) -> ErrorObject {
     )
 }
 
-/// Tool name -> may be replayed.
-type Tools = Arc<HashMap<String, bool>>;
-
-/// Tool annotations per (backend, principal), with the time they were fetched.
-#[derive(Debug, Default)]
-pub(crate) struct Annotations {
-    cache: DashMap<(usize, Digest), (Instant, Tools)>,
-}
-
-impl Annotations {
-    fn cached(&self, backend: usize, principal: Digest) -> Option<Tools> {
-        let entry = self.cache.get(&(backend, principal))?;
-        (entry.0.elapsed() < ANNOTATIONS_TTL).then(|| entry.1.clone())
-    }
-
-    fn store(&self, backend: usize, principal: Digest, tools: Tools) {
-        if self.cache.len() >= ANNOTATIONS_MAX {
-            self.cache.clear();
-        }
-        self.cache
-            .insert((backend, principal), (Instant::now(), tools));
-    }
-}
-
-/// True when a tool's annotations say it may run again: read-only or idempotent.
-pub(super) fn replayable_tool(tool: &Value) -> bool {
-    let hint = |name: &str| tool.pointer(&format!("/annotations/{name}")) == Some(&json!(true));
-    hint("readOnlyHint") || hint("idempotentHint")
-}
-
-/// Decides, before the call is sent, whether it runs in replay mode. `auto` asks the backend
-/// for its tool list (cached per backend and principal) on a session of the caller's, leased
-/// as for any other non-interactive request and let go before the call takes one.
+/// Decides, before the call is sent, whether it runs in replay mode. `auto` reads the tool's
+/// annotations from the backend's tool list (`tools::catalog`); a list that cannot be had
+/// holds the call.
 pub(super) async fn chosen(bridge: &Bridge, backend: usize, req: &Request) -> bool {
     let tool = req.params.get("name").and_then(Value::as_str);
     match bridge.config.backends[backend]
@@ -147,86 +105,16 @@ pub(super) async fn chosen(bridge: &Bridge, backend: usize, req: &Request) -> bo
         Policy::Replay => true,
         Policy::Auto => {
             let Some(tool) = tool else { return false };
-            let tools = match bridge.annotations.cached(backend, req.principal) {
-                Some(t) => t,
-                None => {
-                    let lease = match bridge.lease(backend, req, false).await {
-                        Ok(lease) => lease,
-                        Err(e) => {
-                            tracing::info!(backend = %bridge.config.backends[backend].name, "no tool annotations ({e}); holding the call");
-                            return false;
-                        }
-                    };
-                    let session = lease.session();
-                    match fetch_annotations(session, bridge.config.limits.request_timeout).await {
-                        Ok(t) => {
-                            let t = Arc::new(t);
-                            bridge.annotations.store(backend, req.principal, t.clone());
-                            t
-                        }
-                        Err(why) => {
-                            tracing::info!(backend = %session.backend(), "no tool annotations ({why}); holding the call");
-                            return false;
-                        }
-                    }
-                }
-            };
-            tools.get(tool).copied().unwrap_or(false)
-        }
-    }
-}
-
-async fn fetch_annotations(
-    session: &Session,
-    timeout: Duration,
-) -> Result<HashMap<String, bool>, String> {
-    let mut tools = HashMap::new();
-    let mut cursor: Option<Value> = None;
-    for _ in 0..MAX_PAGES {
-        let params = cursor.take().map(|c| json!({ "cursor": c }));
-        let mut call = session
-            .request("tools/list", params, false)
-            .await
-            .map_err(|e| e.to_string())?;
-        let outcome = tokio::time::timeout(timeout, async {
-            loop {
-                match call.events.recv().await {
-                    Some(CallEvent::Response(outcome)) => {
-                        return outcome
-                            .map_err(|e| e.message)?
-                            .to_value()
-                            .map_err(|e| e.to_string());
-                    }
-                    Some(CallEvent::Closed(r) | CallEvent::Unsent(r)) => return Err(r),
-                    None => return Err("session ended".into()),
-                    Some(_) => {}
+            match tools::catalog(bridge, backend, req).await {
+                Ok(catalog) => catalog.tool(tool).is_some_and(|t| t.replayable),
+                Err(why) => {
+                    let backend = &bridge.config.backends[backend].name;
+                    tracing::info!(%backend, "no tool annotations ({why}); holding the call");
+                    false
                 }
             }
-        })
-        .await;
-        let result = match outcome {
-            Ok(r) => r?,
-            Err(_) => {
-                session.forget(call.id.clone());
-                return Err("tools/list timed out".into());
-            }
-        };
-        for tool in result
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(name) = tool.get("name").and_then(Value::as_str) {
-                tools.insert(name.to_owned(), replayable_tool(tool));
-            }
-        }
-        match result.get("nextCursor") {
-            Some(c) if !c.is_null() => cursor = Some(c.clone()),
-            _ => return Ok(tools),
         }
     }
-    Ok(tools)
 }
 
 /// Why a retry's answers cannot go into its transcript.
@@ -263,6 +151,7 @@ pub(super) fn take_answers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn turn(key: &str, method: &str, ask: &str, answer: Option<Value>) -> Turn {
         Turn {
@@ -316,22 +205,5 @@ mod tests {
             Match::Ask("elicitation-2".into())
         );
         assert_eq!(run.answered().count(), 1);
-    }
-
-    #[test]
-    fn annotations_decide_auto() {
-        assert!(replayable_tool(
-            &json!({"name": "t", "annotations": {"readOnlyHint": true}})
-        ));
-        assert!(replayable_tool(
-            &json!({"name": "t", "annotations": {"readOnlyHint": false, "idempotentHint": true}})
-        ));
-        assert!(!replayable_tool(
-            &json!({"name": "t", "annotations": {"destructiveHint": true}})
-        ));
-        assert!(!replayable_tool(&json!({"name": "t"})));
-        assert!(!replayable_tool(
-            &json!({"name": "t", "annotations": {"readOnlyHint": "yes"}})
-        ));
     }
 }

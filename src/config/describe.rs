@@ -190,6 +190,14 @@ impl Config {
                 duration(limits.held_roots_wait)
             ),
         );
+        line(
+            s,
+            "tool lists",
+            format!(
+                "{} kept, {} tools each",
+                limits.max_tool_catalogs, limits.max_tools_per_catalog
+            ),
+        );
     }
 }
 

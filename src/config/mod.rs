@@ -128,6 +128,11 @@ pub struct Limits {
     pub queue_wait: Duration,
     pub request_timeout: Duration,
     pub held_roots_wait: Duration,
+    /// Backend tool lists kept (for the `auto` replay policy and `Mcp-Param-*` headers), one
+    /// per (backend, principal); past it the cache starts again.
+    pub max_tool_catalogs: usize,
+    /// Tools kept of one backend tool list; the rest are treated as unknown.
+    pub max_tools_per_catalog: usize,
 }
 
 #[derive(Debug, Clone)]

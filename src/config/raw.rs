@@ -142,6 +142,10 @@ pub struct Limits {
     /// How long a `roots/list` outside any call waits for one (default 30 s).
     #[serde(default, with = "humantime_serde")]
     pub held_roots_wait: Option<Duration>,
+    /// Backend tool lists kept, one per (backend, principal) (default 4096).
+    pub max_tool_catalogs: Option<usize>,
+    /// Tools kept of one such list (default 1024).
+    pub max_tools_per_catalog: Option<usize>,
 }
 
 /// `[roots]`.

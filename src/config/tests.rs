@@ -336,3 +336,21 @@ fn a_reply_may_be_the_largest_result_unless_configured_from_64_kib_to_1_gib() {
         assert_eq!(err.field, "limits.max_reply_bytes", "{err}");
     }
 }
+
+#[test]
+fn tool_lists_kept_are_bounded_and_the_bounds_checked() {
+    let c = Config::parse(MINIMAL, None).unwrap();
+    assert_eq!(c.limits.max_tool_catalogs, 4096);
+    assert_eq!(c.limits.max_tools_per_catalog, 1024);
+    for (key, value) in [
+        ("max_tool_catalogs", "0"),
+        ("max_tool_catalogs", "2000000"),
+        ("max_tools_per_catalog", "0"),
+        ("max_tools_per_catalog", "100000"),
+    ] {
+        let text = format!("[limits]\n{key} = {value}\n{MINIMAL}");
+        let err = Config::parse(&text, None).unwrap_err().to_string();
+        assert!(err.contains(&format!("limits.{key}")), "{err}");
+        assert!(err.contains("must be between"), "{err}");
+    }
+}

@@ -217,7 +217,7 @@ fn state(raw: &raw::State, env_keys: Option<&str>) -> Result<State, ConfigError>
     })
 }
 
-/// `[limits]`: the bounds on bodies, nesting, lines, parked calls and waits.
+/// `[limits]`: the bounds on bodies, nesting, lines, parked calls, waits and tool lists.
 fn limits(raw: &raw::Limits) -> Result<Limits, ConfigError> {
     let max_line_bytes = positive("limits.max_line_bytes", raw.max_line_bytes, 4 << 20)?;
     // By default a reply may be the largest result a backend can send: its largest message,
@@ -267,6 +267,20 @@ fn limits(raw: &raw::Limits) -> Result<Limits, ConfigError> {
             Duration::from_secs(30),
             Duration::ZERO,
             Duration::from_secs(3600),
+        )?,
+        max_tool_catalogs: in_range(
+            "limits.max_tool_catalogs",
+            raw.max_tool_catalogs,
+            4096,
+            1,
+            1 << 20,
+        )?,
+        max_tools_per_catalog: in_range(
+            "limits.max_tools_per_catalog",
+            raw.max_tools_per_catalog,
+            1024,
+            1,
+            1 << 16,
         )?,
     };
     if limits.max_json_depth > MAX_JSON_DEPTH {

@@ -2,8 +2,10 @@
 //! 2026-07-28, the MRTR shapes, and the translations between legacy and modern forms.
 
 pub mod caps;
+pub mod header;
 pub mod input;
 pub mod meta;
+pub mod param;
 
 /// The one modern version the client-facing side speaks.
 pub const MODERN: &str = "2026-07-28";
@@ -12,17 +14,6 @@ pub const LEGACY: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-1
 
 pub fn is_legacy(version: &str) -> bool {
     LEGACY.contains(&version)
-}
-
-/// Header names of MCP's Streamable HTTP, made once: a name given as text is parsed, and one
-/// that is not a standard HTTP header allocated, at each use.
-pub mod header {
-    use http::HeaderName;
-
-    pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-    pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-    pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-    pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 }
 
 /// Methods that may answer `InputRequiredResult` (and so may carry `inputResponses`).

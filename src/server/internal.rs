@@ -142,6 +142,8 @@ async fn handle(
             principal: forwarded.principal,
             // Credentials never cross the hop; a resumed call already holds its session.
             authorization: None,
+            // Checked by the replica the client sent them to.
+            param_headers: Default::default(),
         },
     );
     let events = futures_util::stream::unfold(Some(rx), |rx| async move {

@@ -11,11 +11,11 @@ use crate::bridge::{self, Bridge, Reply};
 use crate::config::PrincipalSource;
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message, Payload};
 use crate::metrics::{self, Metrics, Outcome};
-use crate::protocol::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
+use crate::protocol::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION, decode_value};
 use crate::protocol::meta::RequestMeta;
+use crate::protocol::param;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest};
-use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use hyper::body::{Frame, Incoming};
@@ -144,6 +144,8 @@ async fn handle(
     let authorization = single(&parts.headers, &header::AUTHORIZATION)
         .map_err(refused)?
         .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    // Checked by the engine, which knows which of them the tool declares.
+    let param_headers = param::Headers::from_request(&parts.headers);
     // park and round are filled in by the engine once known.
     let span = tracing::info_span!(
         "request",
@@ -167,6 +169,7 @@ async fn handle(
             meta,
             principal,
             authorization,
+            param_headers,
         },
         span,
     );
@@ -281,7 +284,7 @@ fn check_request(
         let raw = header_str(headers, &MCP_NAME)
             .map_err(&mismatch)?
             .ok_or_else(|| mismatch("Mcp-Name header is required".into()))?;
-        let name = decode_header_value(raw).ok_or_else(|| {
+        let name = decode_value(raw).ok_or_else(|| {
             mismatch("Mcp-Name header has a malformed =?base64?...?= value".into())
         })?;
         if name != body_name {
@@ -342,22 +345,6 @@ fn single(
         return Err(format!("{name} header appears more than once"));
     }
     Ok(first)
-}
-
-/// Decodes the `=?base64?...?=` form used for values that are not plain ASCII.
-fn decode_header_value(raw: &str) -> Option<String> {
-    match raw
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()?;
-            String::from_utf8(bytes).ok()
-        }
-        None => Some(raw.to_owned()),
-    }
 }
 
 fn check_origin(allowed: &[String], headers: &HeaderMap) -> Result<(), Refusal> {
@@ -508,29 +495,6 @@ impl Events {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn header_values_decode_the_base64_form() {
-        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
-        assert_eq!(
-            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
-            Some("Hello, 世界")
-        );
-        assert_eq!(decode_header_value("=?base64?!!?="), None);
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn any_header_value_decodes_or_is_refused_and_the_base64_form_round_trips(
-            raw in proptest::prelude::any::<String>(),
-            text in proptest::prelude::any::<String>(),
-        ) {
-            let _ = decode_header_value(&raw);
-            let encoded = base64::engine::general_purpose::STANDARD.encode(&text);
-            let wrapped = format!("=?base64?{encoded}?=");
-            proptest::prop_assert_eq!(decode_header_value(&wrapped), Some(text));
-        }
-    }
 
     #[test]
     fn only_loopback_origins_pass_by_default() {

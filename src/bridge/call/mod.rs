@@ -212,6 +212,7 @@ async fn prepare(
 ) -> Option<(Box<Task>, mpsc::Sender<Reply>)> {
     let declared = Declared::from_modern(&req.meta.capabilities);
     let interactive = declared.is_interactive();
+    let new_call = rerun.is_none();
     // Looked up before the call goes out: a backend that serves one request at a time would
     // not answer a `tools/list` while the call waits for input.
     let (round, next_key, run) = match rerun {
@@ -236,7 +237,13 @@ async fn prepare(
         }
     }
     let sent = Instant::now();
-    let (lease, call) = match Box::pin(bridge.issue(backend, &req, interactive)).await {
+    // A rerun is a retry, whose headers were checked as it came in (`Bridge::handle`).
+    let issued = if new_call {
+        Box::pin(bridge.issue_new_call(backend, &req, interactive)).await
+    } else {
+        Box::pin(bridge.issue(backend, &req, interactive)).await
+    };
+    let (lease, call) = match issued {
         Ok(issued) => issued,
         Err(e) => {
             let _ = reply.send(Reply::Done(Err(e))).await;

@@ -180,6 +180,7 @@ impl Call {
             params: params.as_object().expect("object").clone(),
             principal: seal::digest(self.principal),
             authorization: None,
+            param_headers: Default::default(),
         }
     }
 

@@ -303,6 +303,8 @@ impl Task {
             meta: self.meta.clone(),
             principal: self.principal,
             authorization: self.authorization.clone(),
+            // Checked when the call came in; a backend never sees them.
+            param_headers: Default::default(),
         };
         let interactive = Declared::from_modern(&req.meta.capabilities).is_interactive();
         let (lease, call) = self.bridge.issue(self.backend, &req, interactive).await?;
