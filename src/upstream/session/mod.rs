@@ -38,8 +38,9 @@ use crate::protocol::caps::Declared;
 use events::OwnStream;
 use router::rewrite_progress;
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use task::Cmd;
 use tokio::sync::mpsc;
@@ -80,6 +81,31 @@ pub struct Call {
 
 /// Per-call channel depth: events beyond it wait, which slows the backend reader, never drops.
 const CALL_EVENTS: usize = 64;
+
+/// The next JSON-RPC id of a request to a backend: one sequence for every session of the
+/// process, from a random start below 2^52 (a backend in JavaScript reads ids as doubles, exact
+/// to 2^53).
+///
+/// Not a count per session: a backend may keep what it knows of a request beyond the session
+/// that sent it, under the request's id alone. A Streamable HTTP server given one event store
+/// for all its sessions keeps each answer stream's events under the id of the request it
+/// answers, and a pick-up with `Last-Event-ID` replays whatever any session wrote under that
+/// id: with ids counted per session from 1, a parked call picking its stream up at its retry
+/// was handed another session's events for the same id (the error of a call abandoned there,
+/// or its result) as its own. From one sequence, no two requests of the gateway share an id,
+/// and the random start keeps two gateways (replicas, or one restarted) in front of one
+/// backend apart.
+static NEXT_REQUEST_ID: LazyLock<AtomicI64> = LazyLock::new(|| {
+    let random = RandomState::new().hash_one(std::process::id());
+    AtomicI64::new(1 + (random % (1 << 52)) as i64)
+});
+
+/// An id no other call of this gateway to a backend has ([`NEXT_REQUEST_ID`]). `initialize`
+/// keeps 0 in every session ([`open`]): it is the session's first request, answered before any
+/// call's.
+fn request_id() -> Id {
+    Id::Number(NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed))
+}
 
 /// The session task's end of a call's events.
 #[derive(Debug, Clone)]
@@ -141,8 +167,6 @@ struct Inner {
     alive: Arc<AtomicBool>,
     /// Set when calls send their own requests (Streamable HTTP).
     direct: Option<Arc<dyn Direct>>,
-    /// The next upstream request id of this session.
-    next_id: AtomicI64,
 }
 
 impl Session {
@@ -164,7 +188,6 @@ impl Session {
                 info,
                 alive,
                 direct,
-                next_id: AtomicI64::new(1),
             }),
         }
     }
@@ -226,8 +249,7 @@ impl Session {
         params: Option<Value>,
         interactive: bool,
     ) -> Result<Call, Error> {
-        // Ids start at 1: `initialize` was 0.
-        let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = request_id();
         let Some(direct) = &self.inner.direct else {
             let (events, routed) = mpsc::channel(CALL_EVENTS);
             let events = EventTx(events);
