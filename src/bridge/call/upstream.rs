@@ -254,10 +254,25 @@ impl Task {
         }
     }
 
-    /// Ends a call the client will not finish: the backend's open requests are answered as the
-    /// client never would, the call is cancelled upstream, and the session is released only once
-    /// the backend has let go of it.
+    /// Ends a call the client will not finish: the call is cancelled upstream, the backend's
+    /// open requests are answered as the client never would, and the session is released only
+    /// once the backend has let go of the call.
+    ///
+    /// The cancellation goes first, while the call still waits for those answers, and is
+    /// waited on (sent in the background, it could reach the backend after them). Sent after
+    /// them, it would reach a backend that may be finishing the call with them at that moment,
+    /// and a server on the Python SDK then drops the whole session: every other call on it
+    /// (those sharing it, the next one to lease it) is told the session is gone (404). The
+    /// answers still follow, for a backend that ignores cancellation.
     pub(super) async fn abandon(mut self, reason: &str) {
+        // Once the upstream call has ended there is nothing to cancel.
+        let ended = self.outcome.is_some() || self.reissue;
+        if !ended {
+            let session = self.lease.session();
+            session
+                .cancel_in_order(&self.call.id, reason, CANCEL_GRACE)
+                .await;
+        }
         for (_, pending) in std::mem::take(&mut self.pending) {
             if let Some(id) = pending.upstream {
                 let _ = self
@@ -267,10 +282,9 @@ impl Task {
                     .await;
             }
         }
-        if self.outcome.is_some() || self.reissue {
-            return; // the upstream call already ended
+        if ended {
+            return;
         }
-        self.cancel_upstream(reason);
         // A stream let go while parked is picked up again to see the backend let go of the call.
         self.call.events.resume();
         let grace = tokio::time::sleep(CANCEL_GRACE);

@@ -38,8 +38,9 @@ use crate::protocol::caps::Declared;
 use events::OwnStream;
 use router::rewrite_progress;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use task::Cmd;
 use tokio::sync::mpsc;
@@ -80,6 +81,44 @@ pub struct Call {
 
 /// Per-call channel depth: events beyond it wait, which slows the backend reader, never drops.
 const CALL_EVENTS: usize = 64;
+
+/// Where the sequence of JSON-RPC ids of requests to backends stands: one sequence for every
+/// session of the process, from a random start.
+///
+/// Not a count per session: a backend may keep what it knows of a request beyond the session
+/// that sent it, under the request's id alone. A Streamable HTTP server given one event store
+/// for all its sessions keeps each answer stream's events under the id of the request it
+/// answers, and a pick-up with `Last-Event-ID` replays whatever any session wrote under that
+/// id: with ids counted per session from 1, a parked call picking its stream up at its retry
+/// was handed another session's events for the same id (the error of a call abandoned there,
+/// or its result) as its own. From one sequence, no two requests of the gateway share an id
+/// (until the sequence wraps, after two billion requests), and the random start keeps two
+/// gateways (replicas, or one restarted) in front of one backend apart, in practice.
+static NEXT_REQUEST_ID: LazyLock<AtomicU64> = LazyLock::new(|| {
+    let random = RandomState::new().hash_one(std::process::id());
+    AtomicU64::new(random % (1 << 30))
+});
+
+/// An id no other call of this gateway to a backend has ([`NEXT_REQUEST_ID`]). `initialize`
+/// keeps 0 in every session ([`open`]): it is the session's first request, answered before any
+/// call's.
+fn request_id() -> Id {
+    Id::Number(id_at(NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// The id at place `n` of the sequence: within 1..=2^31-1, since servers whose SDK reads a
+/// request id as a 32-bit integer are still deployed (the Rust SDK's did until September
+/// 2025), and an id past that range fails every request to them.
+fn id_at(n: u64) -> i64 {
+    const RANGE: u64 = i32::MAX as u64;
+    1 + (n % RANGE) as i64
+}
+
+/// The `notifications/cancelled` that tells the backend call `id` is cancelled.
+fn cancellation(id: &Id, reason: &str) -> (&'static str, Option<Value>) {
+    let params = json!({"requestId": id, "reason": reason});
+    ("notifications/cancelled", Some(params))
+}
 
 /// The session task's end of a call's events.
 #[derive(Debug, Clone)]
@@ -141,8 +180,6 @@ struct Inner {
     alive: Arc<AtomicBool>,
     /// Set when calls send their own requests (Streamable HTTP).
     direct: Option<Arc<dyn Direct>>,
-    /// The next upstream request id of this session.
-    next_id: AtomicI64,
 }
 
 impl Session {
@@ -164,7 +201,6 @@ impl Session {
                 info,
                 alive,
                 direct,
-                next_id: AtomicI64::new(1),
             }),
         }
     }
@@ -226,8 +262,7 @@ impl Session {
         params: Option<Value>,
         interactive: bool,
     ) -> Result<Call, Error> {
-        // Ids start at 1: `initialize` was 0.
-        let id = Id::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = request_id();
         let Some(direct) = &self.inner.direct else {
             let (events, routed) = mpsc::channel(CALL_EVENTS);
             let events = EventTx(events);
@@ -304,8 +339,8 @@ impl Session {
     /// already there, unless the queue is full (the task is far behind; a call the backend
     /// does not let go gets its session closed anyway).
     pub fn cancel(&self, id: &Id, reason: &str) {
-        let method = "notifications/cancelled".to_owned();
-        let params = Some(json!({"requestId": id, "reason": reason}));
+        let (method, params) = cancellation(id, reason);
+        let method = method.to_owned();
         if let Some(direct) = &self.inner.direct {
             if self.is_alive() {
                 direct.send_detached(Message::Notification { method, params }.into_value());
@@ -319,6 +354,14 @@ impl Session {
         if queued.is_err() {
             tracing::debug!(backend = %self.inner.backend, session = self.inner.id, "the session task takes no command now; the cancel is not sent");
         }
+    }
+
+    /// Tells the backend that call `id` is cancelled and returns once it has taken the message,
+    /// or `within` has passed: for a caller whose next messages (the call's open requests
+    /// answered) must reach the backend after the cancellation, not before it.
+    pub async fn cancel_in_order(&self, id: &Id, reason: &str, within: Duration) {
+        let (method, params) = cancellation(id, reason);
+        let _ = tokio::time::timeout(within, self.notify(method, params)).await;
     }
 
     /// Sends a one-way message from the caller's own task, when the transport lets calls send

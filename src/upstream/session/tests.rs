@@ -262,3 +262,21 @@ async fn a_held_roots_request_given_back_by_its_call_keeps_its_deadline() {
     assert_eq!(refused[0]["id"], 7);
     assert!(refused[0]["error"]["message"].is_string(), "{refused:?}");
 }
+
+#[test]
+fn request_ids_stay_positive_32_bit_integers_and_follow_each_other() {
+    let range = i32::MAX as u64;
+    assert_eq!(super::id_at(0), 1);
+    assert_eq!(super::id_at(range - 1), i64::from(i32::MAX));
+    assert_eq!(
+        super::id_at(range),
+        1,
+        "the sequence wraps within the range"
+    );
+    assert_eq!(super::id_at(1 << 40) + 1, super::id_at((1 << 40) + 1));
+    let (Id::Number(a), Id::Number(b)) = (super::request_id(), super::request_id()) else {
+        panic!("request ids are numbers");
+    };
+    assert!((1..=i64::from(i32::MAX)).contains(&a), "{a}");
+    assert_ne!(a, b);
+}
