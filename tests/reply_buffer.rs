@@ -6,7 +6,9 @@
 //!
 //! What is asserted is the reply each client ends up with, not memory: on loopback the kernel's
 //! socket buffers take in much of a reply whatever the gateway holds, and the allocator keeps
-//! freed memory, so the process's resident size says little about one connection.
+//! freed memory, so the process's resident size says little about one connection
+//! (`benches/stalled_clients.py` measures it). What the kernel took is let go after
+//! `write_timeout`: its socket, listed in `/proc/net/tcp`, goes.
 
 mod common;
 
@@ -179,6 +181,65 @@ async fn a_reply_over_the_limit_ends_the_call_with_a_clear_error() {
     assert_eq!(
         reply.tool_json()["text"].as_str().map(str::len),
         Some(LIMIT - 1024)
+    );
+    gw.stop().await;
+}
+
+/// Whether the kernel still has a socket of the gateway's (local `port`) to the client at
+/// `peer_port`, in any state: `/proc/net/tcp` lists them, ports in hexadecimal.
+fn kernel_has_socket(port: u16, peer_port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port_of = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).any(|line| {
+        let mut fields = line.split_whitespace().skip(1);
+        let (Some(local), Some(remote)) = (fields.next(), fields.next()) else {
+            return false;
+        };
+        port_of(local) == Some(port) && port_of(remote) == Some(peer_port)
+    })
+}
+
+#[tokio::test]
+async fn the_kernel_lets_go_of_a_reply_its_client_stopped_reading_after_write_timeout() {
+    // A reply the kernel takes whole leaves the gateway no write to time out: the connection
+    // waits for a next request, and closed (an hour here) the kernel would keep the reply for
+    // as long as the client neither reads nor closes.
+    let gw = Gateway::with(Options {
+        extra: format!(
+            "write_timeout = \"1s\"\nheader_timeout = \"1h\"\n[limits]\n\
+             max_reply_bytes = {LIMIT}\n{ADMIN_ON}"
+        ),
+        ..Default::default()
+    })
+    .await;
+    let mut stream = stalled(&gw.url, 1, LIMIT / 4).await;
+    wait_for_replies(&gw, "complete", 1.0).await;
+    let (port, peer_port) = (
+        stream.peer_addr().expect("peer").port(),
+        stream.local_addr().expect("local").port(),
+    );
+    let mut held = true;
+    for _ in 0..600 {
+        held = kernel_has_socket(port, peer_port);
+        if !held {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !held,
+        "the kernel still holds the gateway's side of a connection whose client stopped \
+         reading, long after write_timeout"
+    );
+    // The client, reading at last, gets the end of a connection, not the reply.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut got))
+        .await
+        .expect("the end of the connection in time");
+    assert!(
+        read.is_err() || got.len() < LIMIT / 4,
+        "read {} bytes: the whole reply",
+        got.len()
     );
     gw.stop().await;
 }

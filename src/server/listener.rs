@@ -1,7 +1,8 @@
 //! The one accept loop behind every listener (the MCP endpoint, the internal hop, the admin
 //! port): at most `max_connections` open at once and at most `max_per_address` from one client
-//! address ([`addresses`]), HTTP/1.1 with a header deadline, a back-off when accepting fails
-//! (out of descriptors), and on `stop` each connection finishes the request in flight. The
+//! address ([`addresses`]), HTTP/1.1 with a header deadline, a write deadline the kernel keeps
+//! too, a back-off when accepting fails (out of descriptors), and on `stop` each connection
+//! finishes the request in flight. The
 //! caller gets the connections back to decide how long to wait for them. A full listener
 //! leaves new connections in the backlog, or, with `evict_idle` (the admin port), closes the
 //! connection idle the longest to take the new one ([`idle`]).
@@ -135,6 +136,7 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
+        give_up_unread_after(&stream, limits.write_timeout);
         let held = Held {
             // Counted from here, so the drain cannot miss a connection on its way to a shard.
             _tracked: connections.token(),
@@ -151,6 +153,21 @@ where
     connections.close();
     connections
 }
+
+/// Has the kernel end the connection, and drop what it holds to send on it, once that has
+/// waited `after` for the client. `write_timeout` only sees a write of the gateway's that waits:
+/// a reply the kernel's send buffer took whole (on Linux it grows to `tcp_wmem`'s maximum, 4 MiB
+/// by default) leaves none, and the kernel would keep that reply for a client that stopped
+/// reading, after the connection closed too, until the client reads or closes.
+#[cfg(target_os = "linux")]
+fn give_up_unread_after(stream: &TcpStream, after: Duration) {
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(after)) {
+        tracing::debug!("TCP_USER_TIMEOUT not set: {e}");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn give_up_unread_after(_: &TcpStream, _: Duration) {}
 
 /// A connection permit, or `None` once `stop` is cancelled.
 async fn wait_for(
