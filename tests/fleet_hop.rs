@@ -311,14 +311,20 @@ async fn replay_keeps_nothing_and_refuses_a_transcript_the_backend_no_longer_mat
         .await;
     assert_eq!(again.input_keys(), vec![key.clone()]);
     assert_eq!(gw.parked(), 0);
-    // Each replay round cancels its upstream run; let both cancellations land first.
+    // Each replay round cancels its upstream run, then answers the question that run asked
+    // as an abandoned call does; let both cancellations and both answers land first.
     let cancelled = |log: &[Value]| {
         log.iter()
             .filter(|m| m["method"] == "notifications/cancelled")
             .count()
     };
-    gw.wait_log(10, "both rounds cancelled upstream", |log| {
-        cancelled(log) >= 2
+    let let_go = |log: &[Value]| {
+        log.iter()
+            .filter(|m| m["result"] == json!({"action": "cancel"}))
+            .count()
+    };
+    gw.wait_log(10, "both rounds cancelled upstream and let go", |log| {
+        cancelled(log) >= 2 && let_go(log) >= 2
     })
     .await;
 
