@@ -211,3 +211,81 @@ pub fn assert_client_passed(client: Proc, tag: &str) {
     assert_eq!(summary["failed"], 0, "{summary}");
     assert!(summary["passed"].as_u64().unwrap_or(0) >= 4, "{summary}");
 }
+
+// The modern peer: `modern_server.py`, a PyPI `mcp==2.3.0` server in the 2026-07-28 style, and
+// `modern_driver.py`, the client that calls every one of its tools.
+
+pub fn modern_python() -> PathBuf {
+    venvs().join("venv-modern/bin/python")
+}
+
+pub fn modern_server_script() -> PathBuf {
+    root().join("tests/interop/modern_server.py")
+}
+
+/// Starts the modern server on stateless Streamable HTTP (a port it picks itself and
+/// announces) and returns it with its endpoint URL. Dropping the `Proc` kills it (SIGKILL).
+pub fn start_modern_server_http() -> (Proc, String) {
+    let mut server = Proc::spawn(
+        "modern server (http)",
+        Command::new(modern_python())
+            .arg(modern_server_script())
+            .args(["http", "--host", "127.0.0.1", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let url = server.announced_url();
+    (server, url)
+}
+
+/// The command line that serves the modern server over stdio: the program, then its
+/// arguments.
+pub fn modern_server_stdio_command() -> Vec<String> {
+    vec![
+        modern_python().display().to_string(),
+        modern_server_script().display().to_string(),
+        "stdio".to_owned(),
+    ]
+}
+
+/// `command = ...` and `args = [...]` of a `[[backend]]` table that runs the modern server
+/// over stdio.
+pub fn modern_server_stdio_toml() -> String {
+    let command = modern_server_stdio_command();
+    let args: Vec<String> = command[1..].iter().map(|a| format!("{a:?}")).collect();
+    format!("command = {:?}\nargs = [{}]\n", command[0], args.join(", "))
+}
+
+/// Starts the driver against a Streamable HTTP endpoint (the modern server's own, or a
+/// gateway's), as a principal of its own (`Authorization: Bearer token-TAG`, as `run_client`).
+pub fn run_driver(url: &str, tag: &str) -> Proc {
+    Proc::spawn(
+        &format!("driver {tag}"),
+        driver(tag).args([url, "--bearer", &bearer(tag)]),
+    )
+}
+
+/// Starts the driver with the modern server as its own stdio child, no gateway between.
+pub fn run_driver_stdio(tag: &str) -> Proc {
+    Proc::spawn(
+        &format!("driver {tag} (stdio)"),
+        driver(tag)
+            .arg("--stdio")
+            .args(modern_server_stdio_command()),
+    )
+}
+
+fn driver(tag: &str) -> Command {
+    let mut cmd = Command::new(modern_python());
+    cmd.arg(root().join("tests/interop/modern_driver.py"))
+        .args(["--tag", tag])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for a driver and asserts that every one of its checks passed. The driver prints the
+/// same summary line as the modern client, so the same checks apply.
+pub fn assert_driver_passed(driver: Proc, tag: &str) {
+    assert_client_passed(driver, tag);
+}
