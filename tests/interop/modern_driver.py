@@ -6,11 +6,16 @@ the elicitation, sampling and roots callbacks of `modern_client.py` (answers der
 `--tag`, so two drivers at once answer differently and a mixed-up reply shows), and checks that
 each result is exactly what its callbacks answered. It also checks `server/discover`, progress
 and log notifications, one round driven by hand (the raw `input_required` result and its
-retry), and that the server refuses a retry whose state it did not mint and one that brings
-answers without a state.
+retry), that the server refuses a retry whose state it did not mint and one that brings
+answers without a state, and what reached the server with a call (`seen`): the `_meta` this
+client sent (protocol version, capabilities, client info, a `traceparent`) and, over HTTP, the
+2026 headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-Region`). With
+`--expect-authorization`, the server must have received exactly that `Authorization` value
+('<none>': no header).
 
 Usage:
     modern_driver.py URL [--tag alice] [--bearer TOKEN] [--timeout 90]
+                         [--expect-authorization VALUE]
     modern_driver.py [--tag alice] [--timeout 90] --stdio COMMAND [ARG...]
 
 Prints one JSON line (the summary) on stdout. Exit status 0 only if every check passed; on a
@@ -34,8 +39,13 @@ from mcp.shared.exceptions import MCPError
 from modern_client import Answers, Report, _describe, check_raw_round, make_callbacks, tool_text
 
 PROTOCOL = "2026-07-28"
-EXPECTED_TOOLS = {"echo", "ask_name", "ask_sample", "ask_roots", "two_rounds", "progress"}
+EXPECTED_TOOLS = {"echo", "ask_name", "ask_sample", "ask_roots", "two_rounds", "progress", "seen"}
 PROGRESS_STEPS = 3
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def client_info(tag: str) -> types.Implementation:
+    return types.Implementation(name=f"modern-driver-{tag}", version="1.0.0")
 
 
 class Notifications:
@@ -48,7 +58,15 @@ class Notifications:
         self.logs.append(params.data)
 
 
-async def run_checks(client: Client, answers: Answers, report: Report, notes: Notifications) -> None:
+async def run_checks(
+    client: Client,
+    answers: Answers,
+    report: Report,
+    notes: Notifications,
+    *,
+    over_http: bool,
+    authorization: str | None,
+) -> None:
     tag = answers.tag
     report.check("negotiated protocol", PROTOCOL, client.protocol_version)
     await check_discover(client, report)
@@ -83,6 +101,7 @@ async def run_checks(client: Client, answers: Answers, report: Report, notes: No
     await check_resource(client, answers, report)
     await check_raw_round(client, answers, report)
     await check_refusals(client, answers, report)
+    await check_seen(client, answers, report, over_http=over_http, authorization=authorization)
 
     # Five elicitations (three ask_name, two_rounds, the prompt, the resource: six), two
     # samplings, one roots list. More would mean a round was asked twice; fewer that an answer
@@ -159,6 +178,45 @@ async def check_refusals(client: Client, answers: Answers, report: Report) -> No
         report.fail(check, got.model_dump(mode="json", by_alias=True))
 
 
+async def check_seen(
+    client: Client, answers: Answers, report: Report, *, over_http: bool, authorization: str | None
+) -> None:
+    """What reached the server with a call is what this client sent."""
+    region = f"region-{answers.tag}"
+    try:
+        result = await client.call_tool("seen", {"region": region}, meta={"traceparent": TRACEPARENT})
+        seen = json.loads(tool_text(result))
+    except Exception as exc:  # noqa: BLE001
+        report.fail("seen", _describe(exc))
+        return
+    meta = seen.get("meta") or {}
+    report.check("seen: region argument", region, seen.get("region"))
+    report.check("seen: _meta protocol version", PROTOCOL, meta.get(types.PROTOCOL_VERSION_META_KEY))
+    capabilities = meta.get(types.CLIENT_CAPABILITIES_META_KEY) or {}
+    report.check(
+        "seen: _meta client capabilities",
+        ["elicitation", "roots", "sampling"],
+        sorted({"elicitation", "roots", "sampling"} & set(capabilities)),
+    )
+    report.check(
+        "seen: _meta client info",
+        client_info(answers.tag).model_dump(mode="json", exclude_none=True),
+        meta.get(types.CLIENT_INFO_META_KEY),
+    )
+    report.check("seen: _meta traceparent", TRACEPARENT, meta.get("traceparent"))
+    headers = seen.get("headers") or {}
+    if over_http:
+        expected = {
+            "mcp-protocol-version": PROTOCOL,
+            "mcp-method": "tools/call",
+            "mcp-name": "seen",
+            "mcp-param-region": region,
+        }
+        report.check("seen: 2026 headers", expected, {k: headers.get(k) for k in expected})
+    if authorization is not None:
+        report.check("seen: Authorization", authorization, headers.get("authorization", "<none>"))
+
+
 async def run(args: argparse.Namespace) -> Report:
     report = Report(tag=args.tag, url=args.url or " ".join(args.stdio))
     answers = Answers(args.tag)
@@ -168,21 +226,23 @@ async def run(args: argparse.Namespace) -> Report:
         "read_timeout_seconds": args.timeout,
         "logging_callback": notes.on_log,
         "log_level": "info",
+        "client_info": client_info(args.tag),
         **make_callbacks(answers, report),
     }
+    seen = {"over_http": not args.stdio, "authorization": args.expect_authorization}
     try:
         with anyio.fail_after(args.timeout):
             if args.stdio:
                 server = StdioServerParameters(command=args.stdio[0], args=args.stdio[1:])
                 async with Client(server, **options) as client:
-                    await run_checks(client, answers, report, notes)
+                    await run_checks(client, answers, report, notes, **seen)
                 return report
             headers = {"Authorization": f"Bearer {args.bearer}"} if args.bearer else {}
             # A long read timeout: a server may hold a response stream open while it works.
             http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=args.timeout))
             async with http:
                 async with Client(streamable_http_client(args.url, http_client=http), **options) as client:
-                    await run_checks(client, answers, report, notes)
+                    await run_checks(client, answers, report, notes, **seen)
     except TimeoutError:
         report.fail("finished in time", f"gave up after {args.timeout}s")
     except Exception as exc:  # noqa: BLE001 - report the failure as a result, never a bare crash
@@ -198,6 +258,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tag", default="alice", help="makes this driver's answers unique")
     parser.add_argument("--bearer", help="send 'Authorization: Bearer TOKEN' on every HTTP request")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds for the whole run")
+    parser.add_argument(
+        "--expect-authorization",
+        help="the Authorization value the server must report from `seen` ('<none>': no header)",
+    )
     args = parser.parse_args(argv)
     if bool(args.stdio) == bool(args.url):
         parser.error("give either URL or --stdio COMMAND [ARG...]")

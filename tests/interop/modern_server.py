@@ -23,12 +23,21 @@ Tools:
                                 with a sampling request; 'NAME|SAMPLED' (the name carried in
                                 the state between rounds)
     progress(steps)             `steps` progress and log notifications, then 'done:STEPS'
+    seen(region)                what reached the server with this call, as JSON: the request's
+                                `_meta` and its `Mcp-*` and `Authorization` headers (none over
+                                stdio); `region` is declared `x-mcp-header: Region`, so the SDK
+                                refuses the call (400, -32020) unless `Mcp-Param-Region`
+                                carries its value
 Prompt `greeting` (elicits a name) and resource template `interop://profile/{who}` (elicits a
 name) answer InputRequiredResult the same way on `prompts/get` and `resources/read`.
 
 Usage:
-    modern_server.py stdio
-    modern_server.py http [--host 127.0.0.1] [--port 0] [--path /mcp]
+    modern_server.py stdio [--state-key SECRET]
+    modern_server.py http [--host 127.0.0.1] [--port 0] [--path /mcp] [--state-key SECRET]
+
+The SDK seals states under a key each process makes at start, so by default a retry that reaches
+another process (another stdio child, another replica) is refused; processes given the same
+`--state-key` (32 bytes or more) accept each other's states.
 
 Over HTTP it serves stateless Streamable HTTP on a socket bound here (port 0: any free port)
 and, once uvicorn serves, prints one line on stdout, `listening on URL`.
@@ -42,11 +51,12 @@ import socket
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import (
     INVALID_PARAMS,
@@ -62,6 +72,7 @@ from mcp_types import (
     SamplingMessage,
     TextContent,
 )
+from pydantic import Field
 
 # 2026-07-28 deprecates log notifications, but servers still send them and a relay must carry
 # them; the SDK's warning on each one would only clutter the test output.
@@ -151,8 +162,9 @@ def expect_round(claims: Mapping[str, Any], round_: int) -> None:
         raise refuse(f"requestState is for round {claims['round']}, not {round_}")
 
 
-def build_server() -> MCPServer:
-    mcp = MCPServer(SERVER, version="2.3.0-interop", log_level="WARNING")
+def build_server(state_key: str | None) -> MCPServer:
+    security = None if state_key is None else RequestStateSecurity(keys=[state_key])
+    mcp = MCPServer(SERVER, version="2.3.0-interop", log_level="WARNING", request_state_security=security)
 
     @mcp.tool()
     async def echo(text: str) -> str:
@@ -213,6 +225,18 @@ def build_server() -> MCPServer:
             await ctx.info(f"progress step {step}")
         return f"done:{steps}"
 
+    @mcp.tool()
+    async def seen(
+        ctx: Context, region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})] = "none"
+    ) -> str:
+        """What reached the server with this call: its `_meta`, and its `Mcp-*` and
+        `Authorization` headers. `region` travels in the `Mcp-Param-Region` header too."""
+        params = ctx.request_context.params or {}
+        headers = ctx.headers or {}
+        lowered = {k.lower(): v for k, v in headers.items()}
+        relayed = {k: v for k, v in lowered.items() if k.startswith("mcp-") or k == "authorization"}
+        return json.dumps({"region": region, "meta": params.get("_meta"), "headers": relayed}, sort_keys=True)
+
     @mcp.prompt()
     async def greeting(ctx: Context, message: str = "Who is greeted?") -> str | InputRequiredResult:
         """Elicits a name, then renders a greeting for it."""
@@ -268,9 +292,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (announced on stdout)")
     parser.add_argument("--path", default="/mcp", help="Streamable HTTP endpoint path")
+    parser.add_argument("--state-key", help="seal states under this secret (shared by processes given it)")
     args = parser.parse_args(argv)
 
-    mcp = build_server()
+    mcp = build_server(args.state_key)
     if args.transport == "stdio":
         mcp.run("stdio")
     else:
