@@ -37,6 +37,7 @@ import httpx2
 from mcp import Client, types
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from modern_client import Answers, Report, _describe, check_raw_round, make_callbacks, tool_text
 
@@ -51,6 +52,7 @@ EXPECTED_TOOLS = {
     "fail",
     "slow",
     "outcome",
+    "changed",
     "seen",
 }
 PROGRESS_STEPS = 3
@@ -120,6 +122,7 @@ async def run_checks(
     await check_refusals(client, answers, report)
     await check_errors(client, report)
     await check_cancel(client, answers, report)
+    await check_listen(client, answers, report)
     await check_seen(client, answers, report, over_http=over_http, authorization=authorization)
 
     # Five elicitations (three ask_name, two_rounds, the prompt, the resource: six), two
@@ -238,6 +241,42 @@ async def check_cancel(client: Client, answers: Answers, report: Report) -> None
         report.fail("cancel reaches the server", _describe(exc))
         return
     report.check("cancel reaches the server", "cancelled", outcome)
+
+
+async def check_listen(client: Client, answers: Answers, report: Report) -> None:
+    """A `subscriptions/listen` stream gets the events a call makes the server send. The call is
+    repeated until they arrive: the server's event bus is per process, and when it runs as
+    several the call may reach another one than the stream."""
+    uri = f"interop://profile/{answers.tag}"
+    wanted = {"tools list changed", f"updated {uri}"}
+    got: set[str] = set()
+    results: set[str] = set()
+
+    async def keep_changing() -> None:
+        while True:
+            results.add(tool_text(await client.call_tool("changed", {"uri": uri})))
+            await anyio.sleep(0.2)
+
+    try:
+        with anyio.fail_after(CANCEL_NOTICED):
+            async with client.listen(tools_list_changed=True, resource_subscriptions=[uri]) as events:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(keep_changing)
+                    async for event in events:
+                        if isinstance(event, ToolsListChanged):
+                            got.add("tools list changed")
+                        elif isinstance(event, ResourceUpdated):
+                            got.add(f"updated {event.uri}")
+                        if got >= wanted:
+                            break
+                    tg.cancel_scope.cancel()
+    except Exception as exc:  # noqa: BLE001
+        report.fail("subscriptions/listen events", {"got": sorted(got), "error": _describe(exc)})
+        return
+    # The events can arrive before the call that caused them returns, so there may be none.
+    report.check("changed results", [], sorted(results - {f"changed:{uri}"}))
+    # Only these: another client's calls at the same time may add events of their own.
+    report.check("subscriptions/listen events", sorted(wanted), sorted(got & wanted))
 
 
 async def check_seen(

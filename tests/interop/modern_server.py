@@ -30,6 +30,8 @@ Tools:
                                 the stream, or sent notifications/cancelled over stdio)
     outcome(key)                'running', 'completed', 'cancelled' or 'unknown' for that key
                                 (kept per process)
+    changed(uri)                tells `subscriptions/listen` streams that the tool list changed
+                                and that the resource `uri` was updated
     seen(region)                what reached the server with this call, as JSON: the request's
                                 `_meta` and its `Mcp-*` and `Authorization` headers (none over
                                 stdio); `region` is declared `x-mcp-header: Region`, so the SDK
@@ -261,6 +263,14 @@ def build_server(state_key: str | None) -> MCPServer:
     async def outcome(key: str) -> str:
         """What became of the `slow` call with this key."""
         return OUTCOMES.get(key, "unknown")
+
+    @mcp.tool()
+    async def changed(ctx: Context, uri: str) -> str:
+        """Tells every `subscriptions/listen` stream that the tool list changed and that the
+        resource `uri` was updated."""
+        await ctx.notify_tools_changed()
+        await ctx.notify_resource_updated(uri)
+        return f"changed:{uri}"
 
     @mcp.tool()
     async def seen(
