@@ -211,3 +211,152 @@ pub fn assert_client_passed(client: Proc, tag: &str) {
     assert_eq!(summary["failed"], 0, "{summary}");
     assert!(summary["passed"].as_u64().unwrap_or(0) >= 4, "{summary}");
 }
+
+// The modern peer: `modern_server.py`, a PyPI `mcp==2.3.0` server in the 2026-07-28 style, and
+// `modern_driver.py`, the client that calls every one of its tools.
+
+pub fn modern_python() -> PathBuf {
+    venvs().join("venv-modern/bin/python")
+}
+
+pub fn modern_server_script() -> PathBuf {
+    root().join("tests/interop/modern_server.py")
+}
+
+/// A `--state-key` for modern servers that must accept each other's states (a pool of stdio
+/// children, replicas); without one each process refuses the states another sealed.
+pub const MODERN_SHARED_STATE_KEY: &str = "interop-modern-shared-state-key-0123456789";
+
+/// Starts the modern server on stateless Streamable HTTP (a port it picks itself and
+/// announces) and returns it with its endpoint URL. Dropping the `Proc` kills it (SIGKILL).
+pub fn start_modern_server_http() -> (Proc, String) {
+    start_modern_server_http_with(&[])
+}
+
+/// `start_modern_server_http` with the server's `extra` flags (`--state-key SECRET`).
+pub fn start_modern_server_http_with(extra: &[&str]) -> (Proc, String) {
+    let mut server = Proc::spawn(
+        "modern server (http)",
+        Command::new(modern_python())
+            .arg(modern_server_script())
+            .args(["http", "--host", "127.0.0.1", "--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let url = server.announced_url();
+    (server, url)
+}
+
+/// The command line that serves the modern server over stdio: the program, then its
+/// arguments.
+pub fn modern_server_stdio_command() -> Vec<String> {
+    modern_server_stdio_command_with(&[])
+}
+
+/// `modern_server_stdio_command` with the server's `extra` flags (`--state-key SECRET`).
+pub fn modern_server_stdio_command_with(extra: &[&str]) -> Vec<String> {
+    let mut command = vec![
+        modern_python().display().to_string(),
+        modern_server_script().display().to_string(),
+        "stdio".to_owned(),
+    ];
+    command.extend(extra.iter().map(|a| (*a).to_owned()));
+    command
+}
+
+/// `command = ...` and `args = [...]` of a `[[backend]]` table that runs the modern server
+/// over stdio.
+pub fn modern_server_stdio_toml() -> String {
+    modern_server_stdio_toml_with(&[])
+}
+
+/// `modern_server_stdio_toml` with the server's `extra` flags (`--state-key SECRET`).
+pub fn modern_server_stdio_toml_with(extra: &[&str]) -> String {
+    let command = modern_server_stdio_command_with(extra);
+    let args: Vec<String> = command[1..].iter().map(|a| format!("{a:?}")).collect();
+    format!("command = {:?}\nargs = [{}]\n", command[0], args.join(", "))
+}
+
+/// Starts the driver against a Streamable HTTP endpoint (the modern server's own, or a
+/// gateway's), as a principal of its own (`Authorization: Bearer token-TAG`, as `run_client`).
+pub fn run_driver(url: &str, tag: &str) -> Proc {
+    run_driver_with(url, tag, &[])
+}
+
+/// `run_driver` with the driver's `extra` flags (`--expect-authorization VALUE`).
+pub fn run_driver_with(url: &str, tag: &str, extra: &[&str]) -> Proc {
+    Proc::spawn(
+        &format!("driver {tag}"),
+        driver(tag)
+            .args([url, "--bearer", &bearer(tag)])
+            .args(extra),
+    )
+}
+
+/// Starts the driver with the modern server as its own stdio child, no gateway between.
+pub fn run_driver_stdio(tag: &str) -> Proc {
+    run_driver_stdio_with(tag, &[])
+}
+
+/// `run_driver_stdio` with the driver's `extra` flags.
+pub fn run_driver_stdio_with(tag: &str, extra: &[&str]) -> Proc {
+    Proc::spawn(
+        &format!("driver {tag} (stdio)"),
+        // `--stdio` takes the rest of the command line, so it comes last.
+        driver(tag)
+            .args(extra)
+            .arg("--stdio")
+            .args(modern_server_stdio_command()),
+    )
+}
+
+fn driver(tag: &str) -> Command {
+    let mut cmd = Command::new(modern_python());
+    cmd.arg(root().join("tests/interop/modern_driver.py"))
+        .args(["--tag", tag])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for a driver and asserts that every one of its checks passed. The driver prints the
+/// same summary line as the modern client, so the same checks apply.
+pub fn assert_driver_passed(driver: Proc, tag: &str) {
+    assert_client_passed(driver, tag);
+}
+
+/// Starts `faulty_relay.py` in front of `upstream`, breaking what `fault` names, and returns it
+/// with its endpoint URL.
+pub fn start_faulty_relay(upstream: &str, fault: &str) -> (Proc, String) {
+    let mut relay = Proc::spawn(
+        &format!("faulty relay ({fault})"),
+        Command::new(modern_python())
+            .arg(root().join("tests/interop/faulty_relay.py"))
+            .args([upstream, fault, "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let url = relay.announced_url();
+    (relay, url)
+}
+
+/// Waits for a driver that must fail, asserts that it did, and returns the names of the checks
+/// that failed.
+pub fn driver_failures(driver: Proc, tag: &str) -> Vec<String> {
+    let out = driver.finish(CLIENT_RUN);
+    assert!(
+        !out.status.success(),
+        "driver {tag} passed but should not have:\n{}",
+        out.stdout
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap_or("")).expect("summary line");
+    assert_eq!(summary["ok"], false, "{summary}");
+    summary["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| f["check"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}

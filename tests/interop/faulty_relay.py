@@ -1,0 +1,110 @@
+"""A deliberately faulty 2026-07-28 relay: forwards each POST to a Streamable HTTP server, but
+breaks one thing a relay must carry through. It exists to show that `modern_driver.py` against
+`modern_server.py` notices each fault, so a passing run through the gateway means something.
+
+Faults:
+    none                forwards everything as it came (the control: the driver passes)
+    drop-state          removes `requestState` from retries
+    alter-state         changes the last characters of `requestState` on retries
+    drop-param-headers  does not forward the `Mcp-Param-*` headers
+    drop-client-info    removes the client info from the request's `_meta`
+
+Usage:
+    faulty_relay.py UPSTREAM_URL[,UPSTREAM_URL...] FAULT [--host 127.0.0.1] [--port 0]
+
+Given several upstream URLs it sends each request to the next one in turn, so a retry never
+reaches the server that answered the round before it (with two).
+
+Prints `listening on URL` once it serves, as `modern_server.py` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import socket
+import sys
+
+import anyio
+import httpx2
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+FAULTS = ["none", "drop-state", "alter-state", "drop-param-headers", "drop-client-info"]
+CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+# Hop-by-hop or recomputed by the client library; everything else goes upstream as sent.
+NOT_FORWARDED = {"host", "content-length", "connection", "transfer-encoding"}
+
+
+def break_request(fault: str, body: dict, headers: dict[str, str]) -> None:
+    params = body.get("params")
+    if not isinstance(params, dict):
+        return
+    state = params.get("requestState")
+    if fault == "drop-state":
+        params.pop("requestState", None)
+    elif fault == "alter-state" and isinstance(state, str):
+        params["requestState"] = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+    elif fault == "drop-param-headers":
+        for name in [h for h in headers if h.startswith("mcp-param-")]:
+            del headers[name]
+    elif fault == "drop-client-info":
+        (params.get("_meta") or {}).pop(CLIENT_INFO, None)
+
+
+def build_app(upstreams: list[str], fault: str, path: str) -> Starlette:
+    turns = itertools.cycle(upstreams)
+
+    async def relay(request: Request) -> Response:
+        body = json.loads(await request.body())
+        headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        break_request(fault, body, headers)
+        # The whole answer is read before it is passed on: the server's SSE events arrive all
+        # at once, which is enough for the checks this relay exists for.
+        async with httpx2.AsyncClient(timeout=60.0) as client:
+            answer = await client.post(next(turns), content=json.dumps(body), headers=headers)
+        return Response(answer.content, status_code=answer.status_code, media_type=answer.headers.get("content-type"))
+
+    return Starlette(routes=[Route(path, relay, methods=["POST"])])
+
+
+async def serve(app: Starlette, host: str, port: int, path: str) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    stopped = anyio.Event()
+
+    async def run() -> None:
+        try:
+            await server.serve([sock])
+        finally:
+            stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while not server.started:
+            if stopped.is_set():
+                raise SystemExit("uvicorn stopped before it started")
+            await anyio.sleep(0.01)
+        print(f"listening on http://{host}:{bound}{path}", flush=True)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("upstreams", help="one URL, or several separated by ','")
+    parser.add_argument("fault", choices=FAULTS)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--path", default="/mcp")
+    args = parser.parse_args(argv)
+    anyio.run(serve, build_app(args.upstreams.split(","), args.fault, args.path), args.host, args.port, args.path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
