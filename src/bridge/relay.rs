@@ -131,40 +131,7 @@ async fn exchange(
         .await
         .map_err(|f| backend_failed(name, "", &f.describe()))?;
     let response = match answer {
-        Answer::Json(msgs) => {
-            let mut response = None;
-            let mut refused = None;
-            for msg in msgs {
-                match msg {
-                    Message::Response { id: got, outcome } if got == id => {
-                        response = Some(outcome);
-                    }
-                    Message::Notification { .. } => {
-                        let _ = reply.send(Reply::Notification(msg.into_value())).await;
-                    }
-                    // An error for no request of ours: how a legacy server refuses a request
-                    // without a session ("Missing session ID").
-                    Message::Response {
-                        outcome: Err(e), ..
-                    } => refused = Some(e.message),
-                    _ => {}
-                }
-            }
-            match (response, refused) {
-                (Some(response), _) => response,
-                (None, Some(why)) => {
-                    bridge.eras[backend].forget(Era::Modern, &why, &bridge.metrics);
-                    return Err(backend_failed(
-                        name,
-                        "",
-                        &format!("refused the request: {why}"),
-                    ));
-                }
-                (None, None) => {
-                    return Err(backend_failed(name, "", "answered without a response"));
-                }
-            }
-        }
+        Answer::Json(msgs) => read_json(bridge, backend, msgs, &id, reply).await?,
         Answer::Stream(stream) => {
             let timeout = bridge.config.limits.request_timeout;
             Box::pin(read_stream(name, stream, &id, reply, timeout)).await?
@@ -185,6 +152,41 @@ async fn exchange(
             // gateway's own errors' codes do.
             Err(e)
         }
+    }
+}
+
+/// Reads a JSON answer: its notifications go to the client, its response is returned. An
+/// error for no request of ours is how a legacy server refuses a request without a session
+/// ("Missing session ID"): the backend's era no longer holds.
+async fn read_json(
+    bridge: &Bridge,
+    backend: usize,
+    msgs: Vec<Message>,
+    id: &Id,
+    reply: &mpsc::Sender<Reply>,
+) -> Result<Result<jsonrpc::Raw, ErrorObject>, ErrorObject> {
+    let name = &bridge.config.backends[backend].name;
+    let (mut response, mut refused) = (None, None);
+    for msg in msgs {
+        match msg {
+            Message::Response { id: got, outcome } if &got == id => response = Some(outcome),
+            Message::Notification { .. } => {
+                let _ = reply.send(Reply::Notification(msg.into_value())).await;
+            }
+            Message::Response {
+                outcome: Err(e), ..
+            } => refused = Some(e.message),
+            _ => {}
+        }
+    }
+    match (response, refused) {
+        (Some(response), _) => Ok(response),
+        (None, Some(why)) => {
+            bridge.eras[backend].forget(Era::Modern, &why, &bridge.metrics);
+            let why = format!("refused the request: {why}");
+            Err(backend_failed(name, "", &why))
+        }
+        (None, None) => Err(backend_failed(name, "", "answered without a response")),
     }
 }
 

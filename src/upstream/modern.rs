@@ -10,7 +10,6 @@ use crate::jsonrpc::{self, Message};
 use crate::sse::DecodeError;
 use ::http::{HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use futures_util::{Stream, StreamExt};
-use http_body_util::BodyExt;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -142,13 +141,10 @@ impl Upstream {
                 backend: link.backend.clone(),
             })),
             _ if !status.is_success() => Err(Box::pin(status_failure(resp, link)).await),
-            other => {
-                // Drained in the background would hold a connection; dropped, it is closed.
-                drop(resp.into_body().boxed_unsync());
-                Err(Failure::Other(format!(
-                    "answered with Content-Type `{other}`, not JSON or an event stream"
-                )))
-            }
+            // The body is dropped unread, which closes its connection.
+            other => Err(Failure::Other(format!(
+                "answered with Content-Type `{other}`, not JSON or an event stream"
+            ))),
         }
     }
 }
