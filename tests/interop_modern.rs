@@ -53,6 +53,7 @@ fn driver_fails_through_a_relay_that_breaks_what_it_must_carry() {
         ("alter-state", "two_rounds elicitation then sampling"),
         ("drop-param-headers", "seen"),
         ("drop-client-info", "seen: _meta client info"),
+        ("ignore-cancel", "cancel reaches the server"),
     ];
     for (fault, check) in cases {
         let (_relay, url) = start_faulty_relay(&upstream, fault);

@@ -8,6 +8,8 @@ Faults:
     alter-state         changes the last characters of `requestState` on retries
     drop-param-headers  does not forward the `Mcp-Param-*` headers
     drop-client-info    removes the client info from the request's `_meta`
+    ignore-cancel       when the client closes its stream, keeps reading the server's to the
+                        end instead of closing it, so the server never learns of the cancel
 
 Usage:
     faulty_relay.py UPSTREAM_URL[,UPSTREAM_URL...] FAULT [--host 127.0.0.1] [--port 0]
@@ -21,20 +23,22 @@ Prints `listening on URL` once it serves, as `modern_server.py` does.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import socket
 import sys
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx2
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-FAULTS = ["none", "drop-state", "alter-state", "drop-param-headers", "drop-client-info"]
+FAULTS = ["none", "drop-state", "alter-state", "drop-param-headers", "drop-client-info", "ignore-cancel"]
 CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 # Hop-by-hop or recomputed by the client library; everything else goes upstream as sent.
 NOT_FORWARDED = {"host", "content-length", "connection", "transfer-encoding"}
@@ -58,16 +62,46 @@ def break_request(fault: str, body: dict, headers: dict[str, str]) -> None:
 
 def build_app(upstreams: list[str], fault: str, path: str) -> Starlette:
     turns = itertools.cycle(upstreams)
+    # The tasks reading the servers' answers, kept referenced while they run.
+    readers: set[asyncio.Task[None]] = set()
 
-    async def relay(request: Request) -> Response:
+    async def relay(request: Request) -> StreamingResponse:
         body = json.loads(await request.body())
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
         break_request(fault, body, headers)
-        # The whole answer is read before it is passed on: the server's SSE events arrive all
-        # at once, which is enough for the checks this relay exists for.
-        async with httpx2.AsyncClient(timeout=60.0) as client:
-            answer = await client.post(next(turns), content=json.dumps(body), headers=headers)
-        return Response(answer.content, status_code=answer.status_code, media_type=answer.headers.get("content-type"))
+        client = httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=120.0))
+        upstream = client.build_request("POST", next(turns), content=json.dumps(body), headers=headers)
+        answer = await client.send(upstream, stream=True)
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            # Reads the server's answer in a task of its own, so a client going away does not
+            # by itself close it: closing it is the relay's decision, which is the fault here.
+            try:
+                async for chunk in answer.aiter_raw():
+                    chunks.put_nowait(chunk)
+            finally:
+                chunks.put_nowait(None)
+                await answer.aclose()
+                await client.aclose()
+
+        reader = asyncio.get_running_loop().create_task(pump())
+        readers.add(reader)
+        reader.add_done_callback(readers.discard)
+
+        async def passed_on() -> AsyncIterator[bytes]:
+            # Streamed as it comes, so progress reaches the client during the call. When the
+            # client goes away Starlette stops this generator, and closing the upstream answer
+            # is how a relay tells the server.
+            try:
+                while (chunk := await chunks.get()) is not None:
+                    yield chunk
+            finally:
+                if fault != "ignore-cancel":
+                    reader.cancel()
+
+        content_type = answer.headers.get("content-type")
+        return StreamingResponse(passed_on(), status_code=answer.status_code, media_type=content_type)
 
     return Starlette(routes=[Route(path, relay, methods=["POST"])])
 

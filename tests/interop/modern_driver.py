@@ -7,7 +7,9 @@ the elicitation, sampling and roots callbacks of `modern_client.py` (answers der
 each result is exactly what its callbacks answered. It also checks `server/discover`, progress
 and log notifications, one round driven by hand (the raw `input_required` result and its
 retry), that the server refuses a retry whose state it did not mint and one that brings
-answers without a state, and what reached the server with a call (`seen`): the `_meta` this
+answers without a state, that the server's errors arrive with their code, message and data,
+that cancelling a call (closing its stream; over stdio, notifications/cancelled) reaches the
+server, and what reached the server with a call (`seen`): the `_meta` this
 client sent (protocol version, capabilities, client info, a `traceparent`) and, over HTTP, the
 2026 headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-Region`). With
 `--expect-authorization`, the server must have received exactly that `Authorization` value
@@ -35,12 +37,29 @@ import httpx2
 from mcp import Client, types
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from modern_client import Answers, Report, _describe, check_raw_round, make_callbacks, tool_text
 
 PROTOCOL = "2026-07-28"
-EXPECTED_TOOLS = {"echo", "ask_name", "ask_sample", "ask_roots", "two_rounds", "progress", "seen"}
+EXPECTED_TOOLS = {
+    "echo",
+    "ask_name",
+    "ask_sample",
+    "ask_roots",
+    "two_rounds",
+    "progress",
+    "fail",
+    "slow",
+    "outcome",
+    "changed",
+    "seen",
+}
 PROGRESS_STEPS = 3
+# 2026-07-28 errors (missing capability, URL elicitation required) and a plain internal error.
+ERROR_CODES = [-32021, -32042, -32603]
+# How long the server may take to notice a cancelled call.
+CANCEL_NOTICED = 10.0
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
@@ -101,6 +120,9 @@ async def run_checks(
     await check_resource(client, answers, report)
     await check_raw_round(client, answers, report)
     await check_refusals(client, answers, report)
+    await check_errors(client, report)
+    await check_cancel(client, answers, report)
+    await check_listen(client, answers, report)
     await check_seen(client, answers, report, over_http=over_http, authorization=authorization)
 
     # Five elicitations (three ask_name, two_rounds, the prompt, the resource: six), two
@@ -176,6 +198,85 @@ async def check_refusals(client: Client, answers: Answers, report: Report) -> No
             report.fail(check, _describe(exc))
             continue
         report.fail(check, got.model_dump(mode="json", by_alias=True))
+
+
+async def check_errors(client: Client, report: Report) -> None:
+    for code in ERROR_CODES:
+        message = f"failed on purpose with {code}"
+        try:
+            got = await client.call_tool("fail", {"code": code, "message": message})
+        except MCPError as exc:
+            error = exc.error
+            expected = [code, message, {"server": "interop-modern"}]
+            report.check(f"error {code}", expected, [error.code, error.message, error.data])
+            continue
+        except Exception as exc:  # noqa: BLE001
+            report.fail(f"error {code}", _describe(exc))
+            continue
+        report.fail(f"error {code}", got.model_dump(mode="json", by_alias=True))
+
+
+async def check_cancel(client: Client, answers: Answers, report: Report) -> None:
+    """Cancel a `slow` call once it is under way; the server must see it cancelled."""
+    key = f"cancel-{answers.tag}-{time.monotonic_ns()}"
+    started = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.call_tool("slow", {"key": key, "seconds": 60}, progress_callback=on_progress))
+            with anyio.fail_after(CANCEL_NOTICED):
+                await started.wait()
+            tg.cancel_scope.cancel()
+        # Asked until it is settled: `unknown` comes from a process the call did not reach,
+        # which happens when the server runs as several (replicas, a pool of stdio children).
+        outcome = "running"
+        with anyio.move_on_after(CANCEL_NOTICED):
+            while outcome not in ("cancelled", "completed"):
+                outcome = tool_text(await client.call_tool("outcome", {"key": key}))
+                await anyio.sleep(0.05)
+    except Exception as exc:  # noqa: BLE001
+        report.fail("cancel reaches the server", _describe(exc))
+        return
+    report.check("cancel reaches the server", "cancelled", outcome)
+
+
+async def check_listen(client: Client, answers: Answers, report: Report) -> None:
+    """A `subscriptions/listen` stream gets the events a call makes the server send. The call is
+    repeated until they arrive: the server's event bus is per process, and when it runs as
+    several the call may reach another one than the stream."""
+    uri = f"interop://profile/{answers.tag}"
+    wanted = {"tools list changed", f"updated {uri}"}
+    got: set[str] = set()
+    results: set[str] = set()
+
+    async def keep_changing() -> None:
+        while True:
+            results.add(tool_text(await client.call_tool("changed", {"uri": uri})))
+            await anyio.sleep(0.2)
+
+    try:
+        with anyio.fail_after(CANCEL_NOTICED):
+            async with client.listen(tools_list_changed=True, resource_subscriptions=[uri]) as events:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(keep_changing)
+                    async for event in events:
+                        if isinstance(event, ToolsListChanged):
+                            got.add("tools list changed")
+                        elif isinstance(event, ResourceUpdated):
+                            got.add(f"updated {event.uri}")
+                        if got >= wanted:
+                            break
+                    tg.cancel_scope.cancel()
+    except Exception as exc:  # noqa: BLE001
+        report.fail("subscriptions/listen events", {"got": sorted(got), "error": _describe(exc)})
+        return
+    # The events can arrive before the call that caused them returns, so there may be none.
+    report.check("changed results", [], sorted(results - {f"changed:{uri}"}))
+    # Only these: another client's calls at the same time may add events of their own.
+    report.check("subscriptions/listen events", sorted(wanted), sorted(got & wanted))
 
 
 async def check_seen(

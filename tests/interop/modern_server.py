@@ -23,6 +23,15 @@ Tools:
                                 with a sampling request; 'NAME|SAMPLED' (the name carried in
                                 the state between rounds)
     progress(steps)             `steps` progress and log notifications, then 'done:STEPS'
+    fail(code, message)         answers the JSON-RPC error `code` with `message` (and data naming
+                                this server), for a relay to carry through with its HTTP status
+    slow(key, seconds)          one progress notification, then waits `seconds`; records under
+                                `key` whether it completed or was cancelled (the client closed
+                                the stream, or sent notifications/cancelled over stdio)
+    outcome(key)                'running', 'completed', 'cancelled' or 'unknown' for that key
+                                (kept per process)
+    changed(uri)                tells `subscriptions/listen` streams that the tool list changed
+                                and that the resource `uri` was updated
     seen(region)                what reached the server with this call, as JSON: the request's
                                 `_meta` and its `Mcp-*` and `Authorization` headers (none over
                                 stdio); `region` is declared `x-mcp-header: Region`, so the SDK
@@ -162,6 +171,10 @@ def expect_round(claims: Mapping[str, Any], round_: int) -> None:
         raise refuse(f"requestState is for round {claims['round']}, not {round_}")
 
 
+# What became of each `slow` call, by its key: shows whether a cancellation reached the server.
+OUTCOMES: dict[str, str] = {}
+
+
 def build_server(state_key: str | None) -> MCPServer:
     security = None if state_key is None else RequestStateSecurity(keys=[state_key])
     mcp = MCPServer(SERVER, version="2.3.0-interop", log_level="WARNING", request_state_security=security)
@@ -224,6 +237,40 @@ def build_server(state_key: str | None) -> MCPServer:
             await ctx.report_progress(step, steps, f"step {step} of {steps}")
             await ctx.info(f"progress step {step}")
         return f"done:{steps}"
+
+    @mcp.tool()
+    async def fail(code: int, message: str = "failed on purpose") -> str:
+        """Answers the JSON-RPC error `code` with `message`."""
+        raise MCPError(code=code, message=message, data={"server": SERVER})
+
+    @mcp.tool()
+    async def slow(ctx: Context, key: str, seconds: float = 30.0) -> str:
+        """Sends one progress notification, then waits `seconds`; records under `key` whether
+        the call completed or was cancelled."""
+        OUTCOMES[key] = "running"
+        try:
+            # The notification commits an HTTP answer to SSE at once, so the client has a
+            # stream to close.
+            await ctx.report_progress(0, seconds, f"waiting {seconds}s")
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            OUTCOMES[key] = "cancelled"
+            raise
+        OUTCOMES[key] = "completed"
+        return f"completed:{key}"
+
+    @mcp.tool()
+    async def outcome(key: str) -> str:
+        """What became of the `slow` call with this key."""
+        return OUTCOMES.get(key, "unknown")
+
+    @mcp.tool()
+    async def changed(ctx: Context, uri: str) -> str:
+        """Tells every `subscriptions/listen` stream that the tool list changed and that the
+        resource `uri` was updated."""
+        await ctx.notify_tools_changed()
+        await ctx.notify_resource_updated(uri)
+        return f"changed:{uri}"
 
     @mcp.tool()
     async def seen(
