@@ -563,6 +563,19 @@ async fn a_client_that_leaves_closes_the_backends_stream() {
     gw.stop().await;
 }
 
+/// `subscriptions/listen` is relayed to a 2026-07-28 backend only: a legacy one has nothing to
+/// listen to, and it stays a 404.
+#[tokio::test]
+async fn a_legacy_backend_has_no_listen() {
+    let gw = gateway("", "[[backend]]\nname = \"b\"\nkind = \"builtin\"\n").await;
+    let client = client_at(&gw, "/mcp");
+    let r = client
+        .send(&client.body("subscriptions/listen", json!({}), &json!({})))
+        .await;
+    assert_eq!((r.status, r.error_code()), (404, -32601), "{:#}", r.body);
+    gw.stop().await;
+}
+
 /// The project's legacy server over Streamable HTTP, in a child process.
 struct LegacyFixture {
     _child: tokio::process::Child,

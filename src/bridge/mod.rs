@@ -43,6 +43,9 @@ pub use crate::wire::Reply;
 /// A request that passed the face's checks (`server::mcp`, or `server::internal` for a hop).
 #[derive(Debug)]
 pub struct Request {
+    /// The client's JSON-RPC id; `None` for a forwarded retry. A relayed request goes upstream
+    /// under it, so what the backend tags with it (a subscription's events) is the client's.
+    pub id: Option<jsonrpc::Id>,
     pub method: String,
     pub params: Map<String, Value>,
     pub meta: RequestMeta,
@@ -247,6 +250,14 @@ impl Bridge {
         let era = self.eras[backend].era(upstream, authorization, &self.metrics);
         if era.await == Era::Modern {
             return relay::serve(self, backend, req, tx).await;
+        }
+        if req.method == protocol::LISTEN {
+            let e = ErrorObject::new(
+                jsonrpc::METHOD_NOT_FOUND,
+                format!("method `{}` is not available", req.method),
+            );
+            let _ = tx.send(Reply::Done(Err(e))).await;
+            return;
         }
         if protocol::is_mrtr_method(&req.method) {
             // A retry takes no session before it reaches its call (or the replica that holds

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
 
-/// Ids of the requests the relay sends: each exchange carries one request, so they only need
-/// to differ from nothing else on it; a counter keeps them readable in the backend's logs.
+/// Ids for requests that come without the client's (none do from the face): each exchange
+/// carries one request, so an id only needs to differ from nothing else on it.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The relay's side of each Streamable HTTP backend that may be 2026-07-28, on its pool's
@@ -122,7 +122,9 @@ async fn exchange(
         .as_ref()
         .expect("a backend relayed to is a Streamable HTTP one");
     let name = upstream.backend();
-    let id = Id::String(format!("relay-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)));
+    let id = req.id.clone().unwrap_or_else(|| {
+        Id::String(format!("relay-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)))
+    });
     let params = Value::Object(req.params.clone());
     let body = jsonrpc::request_text(&id, &req.method, Some(&params));
     let sent = tokio::time::Instant::now();
@@ -133,8 +135,11 @@ async fn exchange(
     let response = match answer {
         Answer::Json(msgs) => read_json(bridge, backend, msgs, &id, reply).await?,
         Answer::Stream(stream) => {
-            let timeout = bridge.config.limits.request_timeout;
-            Box::pin(read_stream(name, stream, &id, reply, timeout)).await?
+            // A listen stream is quiet until something changes, for as long as the client
+            // stays; any other stream is bounded as a call is.
+            let quiet =
+                (req.method != protocol::LISTEN).then_some(bridge.config.limits.request_timeout);
+            Box::pin(read_stream(name, stream, &id, reply, quiet)).await?
         }
     };
     bridge.metrics.upstream_duration(name, sent.elapsed());
@@ -196,12 +201,16 @@ async fn read_stream(
     mut stream: Messages,
     id: &Id,
     reply: &mpsc::Sender<Reply>,
-    quiet: std::time::Duration,
+    quiet: Option<std::time::Duration>,
 ) -> Result<Result<jsonrpc::Raw, ErrorObject>, ErrorObject> {
+    let timed_out = || upstream_error(&upstream::Error::Timeout(backend.to_owned()));
     loop {
-        let next = tokio::time::timeout(quiet, stream.next())
-            .await
-            .map_err(|_| upstream_error(&upstream::Error::Timeout(backend.to_owned())))?;
+        let next = match quiet {
+            Some(quiet) => tokio::time::timeout(quiet, stream.next())
+                .await
+                .map_err(|_| timed_out())?,
+            None => stream.next().await,
+        };
         match next {
             Some(Ok(Message::Response { id: got, outcome })) if &got == id => return Ok(outcome),
             Some(Ok(msg @ Message::Notification { .. })) => {
