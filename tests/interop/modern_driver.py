@@ -4,16 +4,19 @@ Against a Streamable HTTP URL (the server's own, or a gateway's in front of it) 
 command, it calls every tool, the prompt and the resource template of `modern_server.py`, with
 the elicitation, sampling and roots callbacks of `modern_client.py` (answers derived from
 `--tag`, so two drivers at once answer differently and a mixed-up reply shows), and checks that
-each result is exactly what its callbacks answered. It also checks `server/discover`, progress
-and log notifications, one round driven by hand (the raw `input_required` result and its
-retry), that the server refuses a retry whose state it did not mint and one that brings
-answers without a state, that the server's errors arrive with their code, message and data,
-that cancelling a call (closing its stream; over stdio, notifications/cancelled) reaches the
-server, and what reached the server with a call (`seen`): the `_meta` this
-client sent (protocol version, capabilities, client info, a `traceparent`) and, over HTTP, the
-2026 headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-Region`). With
-`--expect-authorization`, the server must have received exactly that `Authorization` value
-('<none>': no header).
+each result is exactly what its callbacks answered. It also checks:
+- `server/discover`, progress and log notifications;
+- one round driven by hand (the raw `input_required` result and its retry);
+- that the server refuses a retry whose state it did not mint, and one with answers but no state;
+- that the server's errors arrive with their code, message and data;
+- that cancelling a call (closing its stream; over stdio, `notifications/cancelled`) reaches
+  the server;
+- that a `subscriptions/listen` stream receives the events a call makes the server send;
+- what reached the server with a call (`seen`): the `_meta` this client sent (protocol version,
+  capabilities, client info, a `traceparent`) and, over HTTP, the 2026 headers
+  (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-Region`). With
+  `--expect-authorization`, the server must have received exactly that `Authorization` value
+  ('<none>': no header).
 
 Usage:
     modern_driver.py URL [--tag alice] [--bearer TOKEN] [--timeout 90]
@@ -125,8 +128,8 @@ async def run_checks(
     await check_listen(client, answers, report)
     await check_seen(client, answers, report, over_http=over_http, authorization=authorization)
 
-    # Five elicitations (three ask_name, two_rounds, the prompt, the resource: six), two
-    # samplings, one roots list. More would mean a round was asked twice; fewer that an answer
+    # Six elicitations (three ask_name, two_rounds, the prompt, the resource), two samplings,
+    # one roots list. More would mean a round was asked twice; fewer that an answer
     # came from somewhere else.
     report.check("callback counts", {"elicitation": 6, "sampling": 2, "roots": 1}, dict(report.callbacks))
 

@@ -175,134 +175,140 @@ def expect_round(claims: Mapping[str, Any], round_: int) -> None:
 OUTCOMES: dict[str, str] = {}
 
 
+async def echo(text: str) -> str:
+    """Returns its `text` argument."""
+    return text
+
+
+async def ask_name(ctx: Context, message: str = "What is your name?") -> str | InputRequiredResult:
+    """Asks the user for their name (form elicitation inside InputRequiredResult)."""
+    claims = opened(ctx, "ask_name")
+    if claims is None:
+        return ask("ask_name", "name", elicit_name(message))
+    expect_round(claims, 1)
+    return name_outcome(response(ctx, "name", ElicitResult))
+
+
+async def ask_sample(ctx: Context, prompt: str = "Say hello") -> str | InputRequiredResult:
+    """Asks the client's LLM to answer `prompt` (sampling); returns the sampled text."""
+    claims = opened(ctx, "ask_sample")
+    if claims is None:
+        return ask("ask_sample", "llm", sample(prompt))
+    expect_round(claims, 1)
+    return sampled_text(response(ctx, "llm", CreateMessageResult))
+
+
+async def ask_roots(ctx: Context) -> str | InputRequiredResult:
+    """Asks for the client's roots; returns their URIs joined by ','."""
+    claims = opened(ctx, "ask_roots")
+    if claims is None:
+        return ask("ask_roots", "roots", ListRootsRequest())
+    expect_round(claims, 1)
+    roots = response(ctx, "roots", ListRootsResult).roots
+    return ",".join(str(root.uri) for root in roots)
+
+
+async def two_rounds(
+    ctx: Context, message: str = "What is your name?", prompt: str = "Say hello"
+) -> str | InputRequiredResult:
+    """Elicits a name, then (a second InputRequiredResult) samples; returns 'NAME|SAMPLED'.
+    The name rides the state from the first retry to the second."""
+    claims = opened(ctx, "two_rounds")
+    if claims is None:
+        return ask("two_rounds", "name", elicit_name(message))
+    if claims["round"] == 1:
+        name = name_outcome(response(ctx, "name", ElicitResult))
+        return ask("two_rounds", "llm", sample(prompt), round_=2, name=name)
+    expect_round(claims, 2)
+    name = claims.get("name")
+    if not isinstance(name, str):
+        raise refuse("requestState lost the first round's answer")
+    return f"{name}|{sampled_text(response(ctx, 'llm', CreateMessageResult))}"
+
+
+async def progress(ctx: Context, steps: int = 3) -> str:
+    """Sends `steps` progress notifications and as many log messages, then answers."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step} of {steps}")
+        await ctx.info(f"progress step {step}")
+    return f"done:{steps}"
+
+
+async def fail(code: int, message: str = "failed on purpose") -> str:
+    """Answers the JSON-RPC error `code` with `message`."""
+    raise MCPError(code=code, message=message, data={"server": SERVER})
+
+
+async def slow(ctx: Context, key: str, seconds: float = 30.0) -> str:
+    """Sends one progress notification, then waits `seconds`; records under `key` whether
+    the call completed or was cancelled."""
+    OUTCOMES[key] = "running"
+    try:
+        # The notification commits an HTTP answer to SSE at once, so the client has a
+        # stream to close.
+        await ctx.report_progress(0, seconds, f"waiting {seconds}s")
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        OUTCOMES[key] = "cancelled"
+        raise
+    OUTCOMES[key] = "completed"
+    return f"completed:{key}"
+
+
+async def outcome(key: str) -> str:
+    """What became of the `slow` call with this key."""
+    return OUTCOMES.get(key, "unknown")
+
+
+async def changed(ctx: Context, uri: str) -> str:
+    """Tells every `subscriptions/listen` stream that the tool list changed and that the
+    resource `uri` was updated."""
+    await ctx.notify_tools_changed()
+    await ctx.notify_resource_updated(uri)
+    return f"changed:{uri}"
+
+
+async def seen(
+    ctx: Context, region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})] = "none"
+) -> str:
+    """What reached the server with this call: its `_meta`, and its `Mcp-*` and
+    `Authorization` headers. `region` travels in the `Mcp-Param-Region` header too."""
+    params = ctx.request_context.params or {}
+    headers = ctx.headers or {}
+    lowered = {k.lower(): v for k, v in headers.items()}
+    relayed = {k: v for k, v in lowered.items() if k.startswith("mcp-") or k == "authorization"}
+    return json.dumps({"region": region, "meta": params.get("_meta"), "headers": relayed}, sort_keys=True)
+
+
+async def greeting(ctx: Context, message: str = "Who is greeted?") -> str | InputRequiredResult:
+    """Elicits a name, then renders a greeting for it."""
+    claims = opened(ctx, "greeting")
+    if claims is None:
+        return ask("greeting", "name", elicit_name(message))
+    expect_round(claims, 1)
+    return f"Hello, {name_outcome(response(ctx, 'name', ElicitResult))}!"
+
+
+async def profile(who: str, ctx: Context) -> str | InputRequiredResult:
+    """Elicits a name for `who`, then reads as 'profile:WHO:NAME'."""
+    target = f"interop://profile/{who}"
+    claims = opened(ctx, target)
+    if claims is None:
+        return ask(target, "name", elicit_name(f"Profile name for {who}?"))
+    expect_round(claims, 1)
+    return f"profile:{who}:{name_outcome(response(ctx, 'name', ElicitResult))}"
+
+
+TOOLS = [echo, ask_name, ask_sample, ask_roots, two_rounds, progress, fail, slow, outcome, changed, seen]
+
+
 def build_server(state_key: str | None) -> MCPServer:
     security = None if state_key is None else RequestStateSecurity(keys=[state_key])
     mcp = MCPServer(SERVER, version="2.3.0-interop", log_level="WARNING", request_state_security=security)
-
-    @mcp.tool()
-    async def echo(text: str) -> str:
-        """Returns its `text` argument."""
-        return text
-
-    @mcp.tool()
-    async def ask_name(ctx: Context, message: str = "What is your name?") -> str | InputRequiredResult:
-        """Asks the user for their name (form elicitation inside InputRequiredResult)."""
-        claims = opened(ctx, "ask_name")
-        if claims is None:
-            return ask("ask_name", "name", elicit_name(message))
-        expect_round(claims, 1)
-        return name_outcome(response(ctx, "name", ElicitResult))
-
-    @mcp.tool()
-    async def ask_sample(ctx: Context, prompt: str = "Say hello") -> str | InputRequiredResult:
-        """Asks the client's LLM to answer `prompt` (sampling); returns the sampled text."""
-        claims = opened(ctx, "ask_sample")
-        if claims is None:
-            return ask("ask_sample", "llm", sample(prompt))
-        expect_round(claims, 1)
-        return sampled_text(response(ctx, "llm", CreateMessageResult))
-
-    @mcp.tool()
-    async def ask_roots(ctx: Context) -> str | InputRequiredResult:
-        """Asks for the client's roots; returns their URIs joined by ','."""
-        claims = opened(ctx, "ask_roots")
-        if claims is None:
-            return ask("ask_roots", "roots", ListRootsRequest())
-        expect_round(claims, 1)
-        roots = response(ctx, "roots", ListRootsResult).roots
-        return ",".join(str(root.uri) for root in roots)
-
-    @mcp.tool()
-    async def two_rounds(
-        ctx: Context, message: str = "What is your name?", prompt: str = "Say hello"
-    ) -> str | InputRequiredResult:
-        """Elicits a name, then (a second InputRequiredResult) samples; returns 'NAME|SAMPLED'.
-        The name rides the state from the first retry to the second."""
-        claims = opened(ctx, "two_rounds")
-        if claims is None:
-            return ask("two_rounds", "name", elicit_name(message))
-        if claims["round"] == 1:
-            name = name_outcome(response(ctx, "name", ElicitResult))
-            return ask("two_rounds", "llm", sample(prompt), round_=2, name=name)
-        expect_round(claims, 2)
-        name = claims.get("name")
-        if not isinstance(name, str):
-            raise refuse("requestState lost the first round's answer")
-        return f"{name}|{sampled_text(response(ctx, 'llm', CreateMessageResult))}"
-
-    @mcp.tool()
-    async def progress(ctx: Context, steps: int = 3) -> str:
-        """Sends `steps` progress notifications and as many log messages, then answers."""
-        for step in range(1, steps + 1):
-            await ctx.report_progress(step, steps, f"step {step} of {steps}")
-            await ctx.info(f"progress step {step}")
-        return f"done:{steps}"
-
-    @mcp.tool()
-    async def fail(code: int, message: str = "failed on purpose") -> str:
-        """Answers the JSON-RPC error `code` with `message`."""
-        raise MCPError(code=code, message=message, data={"server": SERVER})
-
-    @mcp.tool()
-    async def slow(ctx: Context, key: str, seconds: float = 30.0) -> str:
-        """Sends one progress notification, then waits `seconds`; records under `key` whether
-        the call completed or was cancelled."""
-        OUTCOMES[key] = "running"
-        try:
-            # The notification commits an HTTP answer to SSE at once, so the client has a
-            # stream to close.
-            await ctx.report_progress(0, seconds, f"waiting {seconds}s")
-            await anyio.sleep(seconds)
-        except anyio.get_cancelled_exc_class():
-            OUTCOMES[key] = "cancelled"
-            raise
-        OUTCOMES[key] = "completed"
-        return f"completed:{key}"
-
-    @mcp.tool()
-    async def outcome(key: str) -> str:
-        """What became of the `slow` call with this key."""
-        return OUTCOMES.get(key, "unknown")
-
-    @mcp.tool()
-    async def changed(ctx: Context, uri: str) -> str:
-        """Tells every `subscriptions/listen` stream that the tool list changed and that the
-        resource `uri` was updated."""
-        await ctx.notify_tools_changed()
-        await ctx.notify_resource_updated(uri)
-        return f"changed:{uri}"
-
-    @mcp.tool()
-    async def seen(
-        ctx: Context, region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})] = "none"
-    ) -> str:
-        """What reached the server with this call: its `_meta`, and its `Mcp-*` and
-        `Authorization` headers. `region` travels in the `Mcp-Param-Region` header too."""
-        params = ctx.request_context.params or {}
-        headers = ctx.headers or {}
-        lowered = {k.lower(): v for k, v in headers.items()}
-        relayed = {k: v for k, v in lowered.items() if k.startswith("mcp-") or k == "authorization"}
-        return json.dumps({"region": region, "meta": params.get("_meta"), "headers": relayed}, sort_keys=True)
-
-    @mcp.prompt()
-    async def greeting(ctx: Context, message: str = "Who is greeted?") -> str | InputRequiredResult:
-        """Elicits a name, then renders a greeting for it."""
-        claims = opened(ctx, "greeting")
-        if claims is None:
-            return ask("greeting", "name", elicit_name(message))
-        expect_round(claims, 1)
-        return f"Hello, {name_outcome(response(ctx, 'name', ElicitResult))}!"
-
-    @mcp.resource("interop://profile/{who}", mime_type="text/plain")
-    async def profile(who: str, ctx: Context) -> str | InputRequiredResult:
-        """Elicits a name for `who`, then reads as 'profile:WHO:NAME'."""
-        target = f"interop://profile/{who}"
-        claims = opened(ctx, target)
-        if claims is None:
-            return ask(target, "name", elicit_name(f"Profile name for {who}?"))
-        expect_round(claims, 1)
-        return f"profile:{who}:{name_outcome(response(ctx, 'name', ElicitResult))}"
-
+    for tool in TOOLS:
+        mcp.tool()(tool)
+    mcp.prompt()(greeting)
+    mcp.resource("interop://profile/{who}", mime_type="text/plain")(profile)
     return mcp
 
 
