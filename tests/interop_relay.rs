@@ -11,8 +11,9 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, bearer_header, legacy_python,
-    legacy_server_script, run_client, run_driver_with, start_gateway, start_modern_server_http,
+    Proc, assert_client_passed, assert_driver_passed, bearer_header, driver_failures,
+    legacy_python, legacy_server_script, run_client, run_driver, run_driver_with,
+    start_faulty_relay, start_gateway, start_modern_server_http,
 };
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -82,6 +83,36 @@ fn auto_finds_a_legacy_and_a_modern_server_side_by_side() {
             "{series} in:\n{metrics}"
         );
     }
+}
+
+/// Two gateways sharing their state keys in front of the modern server, with every request
+/// going to the next of them (`faulty_relay.py` without a fault): each retry reaches the other
+/// replica, which serves it with no hop (neither has an internal listener) since nothing was
+/// parked. With keys of their own, the other replica refuses the state.
+#[test]
+fn any_replica_serves_any_round_of_a_relayed_call() {
+    let (_server, backend_url) = start_modern_server_http();
+    let replica = |secret: &str| {
+        start_gateway(&format!(
+            "[state]\nkeys = [{{ id = \"k1\", secret = \"{secret}\" }}]\n\n\
+             [[backend]]\nname = \"modern\"\nkind = \"http\"\nurl = \"{backend_url}\"\n\
+             protocol = \"2026-07-28\"\n"
+        ))
+    };
+    let shared = "A".repeat(43);
+    let (_a, first) = replica(&shared);
+    let (_b, second) = replica(&shared);
+    let (_relay, url) = start_faulty_relay(&format!("{first},{second}"), "none");
+    assert_driver_passed(run_driver(&url, "shared"), "shared");
+
+    let (_c, first) = replica(&shared);
+    let (_d, second) = replica(&format!("{}A", "B".repeat(42)));
+    let (_relay, url) = start_faulty_relay(&format!("{first},{second}"), "none");
+    let failed = driver_failures(run_driver(&url, "apart"), "apart");
+    assert!(
+        failed.iter().any(|f| f == "ask_name accept"),
+        "expected `ask_name accept` among the failed checks {failed:?}"
+    );
 }
 
 /// The FastMCP legacy server on Streamable HTTP, with the URL it announced.
