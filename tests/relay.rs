@@ -564,15 +564,20 @@ async fn a_client_that_leaves_closes_the_backends_stream() {
 }
 
 /// `subscriptions/listen` is relayed to a 2026-07-28 backend only: a legacy one has nothing to
-/// listen to, and it stays a 404.
+/// listen to, and it stays a 404 that starts no session.
 #[tokio::test]
 async fn a_legacy_backend_has_no_listen() {
-    let gw = gateway("", "[[backend]]\nname = \"b\"\nkind = \"builtin\"\n").await;
-    let client = client_at(&gw, "/mcp");
+    let gw = Gateway::start().await;
+    let client = gw.client();
     let r = client
         .send(&client.body("subscriptions/listen", json!({}), &json!({})))
         .await;
     assert_eq!((r.status, r.error_code()), (404, -32601), "{:#}", r.body);
+    assert_eq!(
+        gw.backend_received(),
+        Vec::<Value>::new(),
+        "no session started"
+    );
     gw.stop().await;
 }
 
