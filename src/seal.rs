@@ -98,6 +98,20 @@ pub struct Claims {
     pub replay: Option<Transcript>,
 }
 
+/// What a relayed call's requestState binds: the 2026-07-28 backend's own state, which the
+/// gateway hands back verbatim on a retry that passes the same checks a parked call's does.
+/// Nothing is kept anywhere else, so any replica serves any round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relayed {
+    pub principal: Digest,
+    /// The backend's path: a state is never taken to another backend.
+    pub backend: String,
+    pub request: Digest,
+    pub expires_at_ms: u64,
+    /// The backend's `requestState`, as it wrote it.
+    pub state: String,
+}
+
 /// The input a replayed call has been given so far, in the order the backend asked for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transcript {
@@ -234,8 +248,15 @@ impl Reason {
     }
 }
 
-fn aad(id: &str) -> Vec<u8> {
-    format!("v1.{id}").into_bytes()
+/// The frame of a parked call's state (and a replay transcript's).
+const PARKED: &str = "v1.";
+/// The frame of a relayed call's state: the backend's own state inside the gateway's seal.
+const RELAYED: &str = "r1.";
+
+/// Associated data: the frame and key id, as the token starts (`v1.<id>` for parked states,
+/// as they have always been bound).
+fn aad(form: &str, id: &str) -> Vec<u8> {
+    format!("{form}{id}").into_bytes()
 }
 
 impl KeyRing {
@@ -261,30 +282,58 @@ impl KeyRing {
     }
 
     pub fn seal(&self, claims: &Claims) -> String {
+        self.seal_as(PARKED, claims)
+    }
+
+    pub fn open(&self, token: &str) -> Result<Claims, Invalid> {
+        self.open_as(PARKED, token)
+    }
+
+    /// Seals a relayed call's state; it opens only with [`KeyRing::open_relayed`].
+    pub fn seal_relayed(&self, relayed: &Relayed) -> String {
+        self.seal_as(RELAYED, relayed)
+    }
+
+    pub fn open_relayed(&self, token: &str) -> Result<Relayed, Invalid> {
+        self.open_as(RELAYED, token)
+    }
+
+    /// Whether `token` is framed as a relayed call's state (says nothing of its seal).
+    pub fn is_relayed(token: &str) -> bool {
+        token.starts_with(RELAYED)
+    }
+
+    /// `<form>.<key id>.<base64url(nonce, sealed JSON)>`; the form and key id are bound as
+    /// associated data, so a state of one form never opens as the other.
+    fn seal_as<T: Serialize>(&self, form: &str, value: &T) -> String {
         let key = &self.keys[0];
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new()
             .fill(&mut nonce)
             .expect("system randomness");
-        let mut data = serde_json::to_vec(claims).expect("claims serialize");
+        let mut data = serde_json::to_vec(value).expect("claims serialize");
         key.aead
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(&key.id)),
+                Aad::from(aad(form, &key.id)),
                 &mut data,
             )
             .expect("AES-GCM seal");
         let mut payload = nonce.to_vec();
         payload.extend_from_slice(&data);
-        format!("v1.{}.{}", key.id, URL_SAFE_NO_PAD.encode(payload))
+        format!("{form}{}.{}", key.id, URL_SAFE_NO_PAD.encode(payload))
     }
 
-    pub fn open(&self, token: &str) -> Result<Claims, Invalid> {
+    fn open_as<T: serde::de::DeserializeOwned>(
+        &self,
+        form: &str,
+        token: &str,
+    ) -> Result<T, Invalid> {
         let malformed = Invalid(Reason::Malformed);
         if token.len() > MAX_TOKEN {
             return Err(malformed);
         }
-        let rest = token.strip_prefix("v1.").ok_or(malformed)?;
+        let rest = token.strip_prefix(form).ok_or(malformed)?;
         let (id, payload) = rest.split_once('.').ok_or(malformed)?;
         if id.is_empty() || payload.is_empty() {
             return Err(malformed);
@@ -305,7 +354,7 @@ impl KeyRing {
             .aead
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(&key.id)),
+                Aad::from(aad(form, &key.id)),
                 sealed,
             )
             .map_err(|_| Invalid(Reason::Tampered))?;
@@ -439,6 +488,40 @@ mod tests {
             .is_err()
         );
         assert!(Key::from_base64("p", &format!("{secret}=")).is_ok());
+    }
+
+    fn relayed() -> Relayed {
+        Relayed {
+            principal: digest(b"p"),
+            backend: "/modern".into(),
+            request: digest(b"r"),
+            expires_at_ms: 42,
+            state: "the backend's own state".into(),
+        }
+    }
+
+    #[test]
+    fn relayed_states_open_again_and_only_as_relayed() {
+        let r = ring("k1");
+        let t = r.seal_relayed(&relayed());
+        assert!(t.starts_with("r1.k1.") && KeyRing::is_relayed(&t));
+        assert_eq!(r.open_relayed(&t).unwrap(), relayed());
+        // Neither form opens as the other, even reframed: the frame is bound in the seal.
+        assert_eq!(r.open(&t), Err(Invalid(Reason::Malformed)));
+        let reframed = t.replacen("r1.", "v1.", 1);
+        assert_eq!(r.open(&reframed), Err(Invalid(Reason::Tampered)));
+        let parked = r.seal(&claims()).replacen("v1.", "r1.", 1);
+        assert_eq!(r.open_relayed(&parked), Err(Invalid(Reason::Tampered)));
+        assert_eq!(
+            ring("k2").open_relayed(&t),
+            Err(Invalid(Reason::UnknownKey))
+        );
+        for i in "r1.k1.".len()..t.len() {
+            let mut b = t.clone().into_bytes();
+            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+            let s = String::from_utf8(b).unwrap();
+            assert!(r.open_relayed(&s).is_err(), "byte {i}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ fn request(name: &str, caps: Value) -> Request {
         "io.modelcontextprotocol/clientCapabilities": caps,
     }});
     Request {
+        id: None,
         method: "tools/call".into(),
         meta: RequestMeta::from_params(Some(&params)).expect("meta"),
         params: params.as_object().expect("object").clone(),

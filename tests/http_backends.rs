@@ -294,7 +294,8 @@ fn ada() -> Value {
 #[tokio::test]
 async fn a_push_on_the_post_stream_becomes_a_round() {
     let fx = Fixture::http(&[]).await;
-    let gw = over_http(&fx).await;
+    // The legacy session's own requests, without the era probe before them.
+    let gw = over_http_with(&fx, "protocol = \"legacy\"\n").await;
     assert_eq!(elicit_round_trip(&gw.client()).await, ada());
     let posts = fx.requests();
     let first = posts
@@ -786,7 +787,9 @@ async fn batch_responses_from_a_2025_03_26_server_are_accepted() {
         ][..],
     ] {
         let fx = Fixture::http(flags).await;
-        let gw = over_http_with(&fx, "protocol_version = \"2025-03-26\"\n").await;
+        // The legacy session's own requests, without the era probe before them.
+        let backend = "protocol_version = \"2025-03-26\"\nprotocol = \"legacy\"\n";
+        let gw = over_http_with(&fx, backend).await;
         let c = gw.client();
         let echo = c.call_tool("echo", json!({"text": "hi"}), &json!({})).await;
         assert_eq!(echo.result()["resultType"], "complete", "{flags:?}");

@@ -1,16 +1,22 @@
-//! The engine. A client request arrives here validated; plain methods are forwarded on a shared
-//! session, and `tools/call`, `prompts/get`, `resources/read` run as calls (`call`) that park
-//! when the backend asks for input and resume when the client retries with `requestState`.
+//! The engine. A client request arrives here validated, and its backend's era picks its path
+//! (`Bridge::serve`): to a 2026-07-28 backend it is relayed (`relay`); to a legacy one, plain
+//! methods are forwarded on a shared session, and `tools/call`, `prompts/get`,
+//! `resources/read` run as calls (`call`) that park when the backend asks for input and resume
+//! when the client retries with `requestState`.
 //!
 //! Every request yields a stream of [`Reply`]: notifications for the current round, then one
 //! final outcome. The client's face (`server::mcp`) turns that into JSON or SSE.
 
 mod call;
+mod errors;
 mod forward;
 pub mod park;
+mod relay;
 mod replay;
 mod retry;
 mod tools;
+
+pub(crate) use errors::{backend_error, backend_failed, shutting_down, upstream_error};
 
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
@@ -21,6 +27,7 @@ use crate::protocol::param;
 use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest, KeyRing};
 use crate::shard::Shards;
+use crate::upstream::era::{self, Era};
 use crate::upstream::{self, Pool, PoolKey};
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
@@ -36,6 +43,9 @@ pub use crate::wire::Reply;
 /// A request that passed the face's checks (`server::mcp`, or `server::internal` for a hop).
 #[derive(Debug)]
 pub struct Request {
+    /// The client's JSON-RPC id; `None` for a forwarded retry. A relayed request goes upstream
+    /// under it, so what the backend tags with it (a subscription's events) is the client's.
+    pub id: Option<jsonrpc::Id>,
     pub method: String,
     pub params: Map<String, Value>,
     pub meta: RequestMeta,
@@ -64,6 +74,11 @@ pub const SESSION_CLOSE: std::time::Duration = std::time::Duration::from_secs(3)
 pub struct Bridge {
     pub(crate) config: Arc<Config>,
     pub(crate) pools: Vec<Arc<Pool>>,
+    /// Each backend's era, fixed by its config or probed once.
+    pub(crate) eras: Vec<era::Cache>,
+    /// Each Streamable HTTP backend's side of the relay (and of its probe), on its pool's
+    /// connections; `None` for backends that are never 2026-07-28.
+    pub(crate) upstreams: Vec<Option<upstream::modern::Upstream>>,
     pub(crate) keys: Arc<KeyRing>,
     pub(crate) parks: Arc<park::Registry>,
     pub(crate) tasks: TaskTracker,
@@ -111,9 +126,13 @@ impl Bridge {
                     shards,
                 )
             })
-            .collect();
+            .collect::<Vec<Arc<Pool>>>();
+        let eras = config.backends.iter().map(era::Cache::new).collect();
+        let upstreams = relay::upstreams(&config, &pools);
         let tools = tools::Catalogs::new(&config.limits);
         Arc::new(Bridge {
+            eras,
+            upstreams,
             keys: config.state.keys.clone(),
             hop: forward::client(&config, shards),
             config,
@@ -216,28 +235,45 @@ impl Bridge {
                 Box::pin(async move {
                     let _ = tx.send(Reply::Done(Err(shutting_down()))).await;
                 })
-            } else if protocol::is_mrtr_method(&req.method) {
-                Box::pin(async move {
-                    // A retry takes no session before it reaches its call (or the replica
-                    // that holds it): its `Mcp-Param-*` headers are checked here, a new call's
-                    // once it has its session (`issue_new_call`). A retry forwarded from
-                    // another replica was checked there.
-                    if req.params.contains_key("requestState")
-                        && let Err(e) = tools::check_headers(&bridge, backend, &req, None).await
-                    {
-                        let _ = tx.send(Reply::Done(Err(e))).await;
-                        return;
-                    }
-                    call::serve(bridge, backend, req, tx, false).await
-                })
             } else {
-                Box::pin(async move {
-                    let outcome = bridge.plain(backend, req).await;
-                    let _ = tx.send(Reply::Done(outcome)).await;
-                })
+                Box::pin(bridge.serve(backend, req, tx))
             };
         self.spawn_work(task, span);
         rx
+    }
+
+    /// Serves a request by its backend's era, the one place the path is picked: relayed to a
+    /// 2026-07-28 backend, bridged to a legacy one.
+    async fn serve(self: Arc<Self>, backend: usize, req: Request, tx: mpsc::Sender<Reply>) {
+        let upstream = self.upstreams[backend].as_ref();
+        let authorization = req.authorization.as_ref();
+        let era = self.eras[backend].era(upstream, authorization, &self.metrics);
+        if era.await == Era::Modern {
+            return relay::serve(self, backend, req, tx).await;
+        }
+        if req.method == protocol::LISTEN {
+            let e = ErrorObject::new(
+                jsonrpc::METHOD_NOT_FOUND,
+                format!("method `{}` is not available", req.method),
+            );
+            let _ = tx.send(Reply::Done(Err(e))).await;
+            return;
+        }
+        if protocol::is_mrtr_method(&req.method) {
+            // A retry takes no session before it reaches its call (or the replica that holds
+            // it): its `Mcp-Param-*` headers are checked here, a new call's once it has its
+            // session (`issue_new_call`). A retry forwarded from another replica was checked
+            // there.
+            if req.params.contains_key("requestState")
+                && let Err(e) = tools::check_headers(&self, backend, &req, None).await
+            {
+                let _ = tx.send(Reply::Done(Err(e))).await;
+                return;
+            }
+            return call::serve(self, backend, req, tx, false).await;
+        }
+        let outcome = self.plain(backend, req).await;
+        let _ = tx.send(Reply::Done(outcome)).await;
     }
 
     /// Serves a retry forwarded by another replica; it is never forwarded again.
@@ -331,7 +367,7 @@ impl Bridge {
         interactive: bool,
     ) -> Result<upstream::Lease, upstream::Error> {
         let declared = Declared::from_modern(&req.meta.capabilities);
-        self.pools[backend]
+        let leased = self.pools[backend]
             .acquire(upstream::pool::Want {
                 key: PoolKey {
                     principal: req.principal,
@@ -342,7 +378,13 @@ impl Bridge {
                 interactive,
                 authorization: req.authorization.as_ref(),
             })
-            .await
+            .await;
+        if let Err(e @ upstream::Error::Init { .. }) = &leased {
+            // A backend probed as legacy that no longer initializes may have moved on to
+            // 2026-07-28: the next call probes it again.
+            self.eras[backend].forget(Era::Legacy, &e.to_string(), &self.metrics);
+        }
+        leased
     }
 
     /// Leases a session and sends the request on it.
@@ -541,57 +583,6 @@ pub(crate) fn add_trace(meta: &RequestMeta, m: &mut Map<String, Value>) {
             );
         }
     }
-}
-
-/// -31000 for a request the gateway will not take on as it shuts down: another replica can.
-pub(crate) fn shutting_down() -> ErrorObject {
-    ErrorObject::new(
-        jsonrpc::BACKEND_BUSY,
-        "the gateway is shutting down: send the request to another replica",
-    )
-}
-
-/// A backend's error answer, as a 2026-07-28 server may send it: resource not found (-32002)
-/// becomes -32602, as 2026-07-28 says it; a missing client capability (-32021) that names what
-/// it needs in `data.requiredCapabilities` passes as it is, since it means just what 2026-07-28
-/// means by it; any other code in the range the specification keeps for itself (-32020 to
-/// -32099: the legacy backend cannot mean what 2026-07-28 defines there, and -32042 is no longer
-/// a code) becomes -32603, with the backend's message and data.
-pub(crate) fn backend_error(mut e: ErrorObject) -> ErrorObject {
-    match e.code {
-        jsonrpc::LEGACY_RESOURCE_NOT_FOUND => e.code = INVALID_PARAMS,
-        jsonrpc::MISSING_CLIENT_CAPABILITY if names_required_capabilities(&e) => {}
-        -32099..=-32020 => e.code = jsonrpc::INTERNAL_ERROR,
-        _ => {}
-    }
-    e
-}
-
-/// The data 2026-07-28 gives a -32021: an object of the capabilities the client must declare.
-fn names_required_capabilities(e: &ErrorObject) -> bool {
-    e.data
-        .as_ref()
-        .and_then(|data| data.get("requiredCapabilities"))
-        .is_some_and(Value::is_object)
-}
-
-/// A backend that failed while serving a request; `when` (e.g. " during the call") says at
-/// what point, or is empty. The transports' reasons do not name the backend: this names it once.
-pub(crate) fn backend_failed(backend: &str, when: &str, reason: &str) -> ErrorObject {
-    ErrorObject::new(
-        jsonrpc::BACKEND_FAILED,
-        format!("backend `{backend}` failed{when}: {reason}"),
-    )
-}
-
-pub(crate) fn upstream_error(e: &upstream::Error) -> ErrorObject {
-    let code = match e {
-        upstream::Error::Busy(_)
-        | upstream::Error::PrincipalShare { .. }
-        | upstream::Error::ShuttingDown => jsonrpc::BACKEND_BUSY,
-        _ => jsonrpc::BACKEND_FAILED,
-    };
-    ErrorObject::new(code, e.to_string())
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
 //! A retry: a request that carries a `requestState`. Its state is opened once and checked once,
 //! here, and the outcome is one [`Decision`]: resume the call parked here, forward the retry to
-//! the replica that holds its call, run a replay-mode call again here, or refuse it with the one
-//! frozen error. The checks run in one order for every mode, so a state that fails several is
+//! the replica that holds its call, run a replay-mode call again here, relay it to a 2026-07-28
+//! backend with the backend's own state, or refuse it with the one frozen error. The checks run in one order for every mode, so a state that fails several is
 //! counted under the first.
 
 use super::Bridge;
 use super::park::Handle;
 use crate::config::parse_host_port;
 use crate::metrics::StateFailure;
-use crate::seal::{Claims, Transcript};
+use crate::seal::{Claims, KeyRing, Transcript};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where a retry is served.
@@ -23,6 +23,8 @@ pub(super) enum Decision {
         claims: Box<Claims>,
         transcript: Transcript,
     },
+    /// A relayed call's state: send the retry to the 2026-07-28 backend with its own state.
+    Relay { backend_state: String },
     /// Refused with the frozen error, counted under the check that failed.
     Refuse(StateFailure),
 }
@@ -46,6 +48,9 @@ pub(super) fn decide(bridge: &Bridge, retry: &Retry<'_>, state: &str) -> Decisio
 }
 
 fn check(bridge: &Bridge, retry: &Retry<'_>, state: &str) -> Result<Decision, StateFailure> {
+    if KeyRing::is_relayed(state) {
+        return check_relayed(bridge, retry, state);
+    }
     let mut claims = bridge
         .keys
         .open(state)
@@ -93,6 +98,35 @@ fn check(bridge: &Bridge, retry: &Retry<'_>, state: &str) -> Result<Decision, St
     Ok(Decision::Resume {
         claims: Box::new(claims),
         handle,
+    })
+}
+
+/// A relayed call's state, checked in the order a parked call's is: principal, request,
+/// expiry, backend. Nothing is parked, so any replica serves it and it is never forwarded.
+fn check_relayed(
+    bridge: &Bridge,
+    retry: &Retry<'_>,
+    state: &str,
+) -> Result<Decision, StateFailure> {
+    let relayed = bridge
+        .keys
+        .open_relayed(state)
+        .map_err(|e| StateFailure::from(e.0))?;
+    if &relayed.principal != retry.principal {
+        return Err(StateFailure::Principal);
+    }
+    if relayed.request != Bridge::request_digest(retry.method, retry.params) {
+        return Err(StateFailure::Request);
+    }
+    if relayed.expires_at_ms <= now_ms() {
+        return Err(StateFailure::Expired);
+    }
+    // Minted for another backend's endpoint: not the request it was issued for.
+    if relayed.backend != bridge.config.backends[retry.backend].path {
+        return Err(StateFailure::Request);
+    }
+    Ok(Decision::Relay {
+        backend_state: relayed.state,
     })
 }
 

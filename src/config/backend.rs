@@ -30,6 +30,8 @@ pub struct Backend {
     pub idle_timeout: Duration,
     /// The version asked for in `initialize`; the server may answer an older one.
     pub protocol_version: &'static str,
+    /// The era the backend is driven in, or how it is found out.
+    pub protocol: Protocol,
     pub replay: Replay,
     /// Whether results carry the backend's `serverInfo` in `_meta`
     /// (`io.modelcontextprotocol/serverInfo`), `server/discover`'s too.
@@ -57,6 +59,28 @@ pub struct Stdio {
     pub max_stderr_line_bytes: usize,
     /// Lines waiting to be written to the child's stdin; past them a session waits.
     pub write_queue: usize,
+}
+
+/// A backend's `protocol`: the era it speaks, or `Auto` to find out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Probed with `server/discover` before first use (`kind = "http"`); legacy on the other
+    /// kinds, whose probe does not exist yet.
+    Auto,
+    /// Driven as a legacy server: `initialize`, sessions, the bridge.
+    Legacy,
+    /// A 2026-07-28 server: requests are relayed as the client sent them.
+    Modern,
+}
+
+impl Protocol {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Protocol::Auto => "auto",
+            Protocol::Legacy => "legacy",
+            Protocol::Modern => crate::protocol::MODERN,
+        }
+    }
 }
 
 /// The `kind` of a `[[backend]]`: which transport reaches it, and so which settings it takes.
@@ -186,6 +210,7 @@ fn validate(
     check_http_only(field, kind, &b)?;
     let transport = transport(field, kind, &b, builtin, principal)?;
     let protocol_version = protocol_version(field, b.protocol_version.as_deref())?;
+    let protocol = protocol(field, kind, b.protocol.as_deref())?;
     let replay = replay(field, &b)?;
     let pool_max = positive(&field("pool_max"), b.pool_max, 16)?;
     let (principal_sessions, reserved_sessions) = shares(field, &b, pool_max)?;
@@ -202,6 +227,7 @@ fn validate(
             Duration::from_secs(86_400),
         )?,
         protocol_version,
+        protocol,
         server_info: b.server_info.unwrap_or(true),
         name: b.name,
         path,
@@ -460,6 +486,14 @@ fn protocol_version(
     let legacy = crate::protocol::LEGACY;
     match version {
         None => Ok(legacy[0]),
+        Some(v) if v == crate::protocol::MODERN => Err(bad(
+            field("protocol_version"),
+            format!(
+                "`{v}` has no `initialize` to ask it in: `protocol_version` is the legacy \
+                 version the gateway initializes with; for a 2026-07-28 backend set \
+                 `protocol = \"{v}\"` (or leave `protocol = \"auto\"` to probe it)"
+            ),
+        )),
         Some(v) => legacy.iter().copied().find(|l| *l == v).ok_or_else(|| {
             bad(
                 field("protocol_version"),
@@ -467,6 +501,40 @@ fn protocol_version(
             )
         }),
     }
+}
+
+/// `protocol`, `auto` unless set. Only Streamable HTTP backends can be 2026-07-28 for now:
+/// HTTP+SSE is a legacy transport, and stdio backends are driven as legacy.
+fn protocol(
+    field: &dyn Fn(&str) -> String,
+    kind: Kind,
+    text: Option<&str>,
+) -> Result<Protocol, ConfigError> {
+    let protocol = match text.unwrap_or("auto") {
+        "auto" => Protocol::Auto,
+        "legacy" => Protocol::Legacy,
+        v if v == crate::protocol::MODERN => Protocol::Modern,
+        other => {
+            return Err(bad(
+                field("protocol"),
+                format!(
+                    "`{other}`: expected \"auto\", \"legacy\" or \"{}\"",
+                    crate::protocol::MODERN
+                ),
+            ));
+        }
+    };
+    if protocol == Protocol::Modern && kind != Kind::Http {
+        return Err(bad(
+            field("protocol"),
+            format!(
+                "`{}` is for `kind = \"http\"` backends: a `{kind}` backend is driven as \
+                 legacy (set `protocol = \"legacy\"` or leave it out)",
+                crate::protocol::MODERN
+            ),
+        ));
+    }
+    Ok(protocol)
 }
 
 /// `replay` and its per-tool overrides in `replay_tools`.

@@ -3,7 +3,7 @@
 //! them, sizes with their unit, lists comma-separated), never as Rust debug output. Secrets are
 //! never printed, only where a credential comes from.
 
-use super::{Backend, Config, Http, LogFormat, PrincipalSource, Stdio, Transport};
+use super::{Backend, Config, Http, LogFormat, PrincipalSource, Protocol, Stdio, Transport};
 use std::fmt::{Display, Write};
 use std::time::Duration;
 
@@ -264,20 +264,32 @@ fn describe_backend(s: &mut String, b: &Backend) {
     };
     let _ = writeln!(
         s,
-        "backend {:<9} {} -> {target} (pool {}: {} per principal for calls that may ask for input, {} kept for calls that need none; idle {}, asks {}, policy {policy}{})",
+        "backend {:<9} {} -> {target} (pool {}: {} per principal for calls that may ask for input, {} kept for calls that need none; idle {}, {}, policy {policy}{})",
         b.name,
         b.path,
         b.pool_max,
         b.principal_sessions,
         b.reserved_sessions,
         duration(b.idle_timeout),
-        b.protocol_version,
+        era(b),
         if b.server_info {
             ""
         } else {
             ", serverInfo not passed on"
         }
     );
+}
+
+/// What the gateway speaks to a backend: the legacy version it asks for, and on Streamable
+/// HTTP the era setting (the other kinds are legacy whatever it says).
+fn era(b: &Backend) -> String {
+    match (&b.transport, b.protocol) {
+        (Transport::Http(_), Protocol::Modern) => format!("relays {}", b.protocol.as_str()),
+        (Transport::Http(_), Protocol::Auto) => {
+            format!("probes server/discover, else asks {}", b.protocol_version)
+        }
+        _ => format!("asks {}", b.protocol_version),
+    }
 }
 
 impl Stdio {

@@ -266,6 +266,9 @@ pub struct Backend {
     pub idle_timeout: Option<Duration>,
     /// The version `initialize` asks for (default the newest legacy one).
     pub protocol_version: Option<String>,
+    /// The backend's era: `"auto"` (default: probed with `server/discover` on `kind = "http"`,
+    /// legacy on the other kinds), `"legacy"` or `"2026-07-28"` (`kind = "http"` only).
+    pub protocol: Option<String>,
     /// Whether results carry the backend's `serverInfo` in `_meta` (default true).
     pub server_info: Option<bool>,
     /// The endpoint path; required when there is more than one backend.

@@ -100,6 +100,8 @@ label_enum! {
         Forwarded => "forwarded",
         /// Re-run from a sealed transcript.
         Replayed => "replayed",
+        /// Sent on to a 2026-07-28 backend with the backend's own state.
+        Relayed => "relayed",
         Rejected => "rejected",
     }
 }
@@ -137,6 +139,14 @@ impl From<crate::seal::Reason> for StateFailure {
             crate::seal::Reason::UnknownKey => StateFailure::UnknownKey,
             crate::seal::Reason::Tampered => StateFailure::BadSeal,
         }
+    }
+}
+
+label_enum! {
+    /// The era a backend's probe found.
+    Era {
+        Legacy => "legacy",
+        Modern => "modern",
     }
 }
 
@@ -207,6 +217,12 @@ pub struct RequestLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct BackendLabels {
     pub backend: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct EraLabels {
+    pub backend: String,
+    pub era: Era,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

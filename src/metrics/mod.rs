@@ -13,9 +13,9 @@ mod process;
 mod tests;
 
 pub use labels::{
-    AbandonLabels, AbandonReason, BackendLabels, FailureLabels, InputKind, KindLabels, Listener,
-    Method, Outcome, RequestLabels, RetryLabels, RetryReason, RetryResult, SessionEnd,
-    SessionEndLabels, SessionLabels, SessionState, Shed, ShedLabels, StateFailure,
+    AbandonLabels, AbandonReason, BackendLabels, Era, EraLabels, FailureLabels, InputKind,
+    KindLabels, Listener, Method, Outcome, RequestLabels, RetryLabels, RetryReason, RetryResult,
+    SessionEnd, SessionEndLabels, SessionLabels, SessionState, Shed, ShedLabels, StateFailure,
 };
 pub use process::ProcessCollector;
 
@@ -61,6 +61,8 @@ pub struct Metrics {
     session_ends: Family<SessionEndLabels, Counter>,
     queue_wait: HistogramFamily<BackendLabels>,
     state_failures: Family<FailureLabels, Counter>,
+    era_probes: Family<EraLabels, Counter>,
+    era_reprobes: Family<BackendLabels, Counter>,
     connections_shed: Family<ShedLabels, Counter>,
 }
 
@@ -83,6 +85,8 @@ impl Metrics {
             session_ends: Family::default(),
             queue_wait: Family::new_with_constructor(seconds),
             state_failures: Family::default(),
+            era_probes: Family::default(),
+            era_reprobes: Family::default(),
             connections_shed: Family::default(),
         };
         m.register(registry);
@@ -170,6 +174,16 @@ impl Metrics {
             "state_failures",
             "requestState verification failures, by the check that failed",
             self.state_failures.clone(),
+        );
+        registry.register(
+            "backend_era_probes",
+            "Era probes of `protocol = \"auto\"` backends (server/discover), by the era found",
+            self.era_probes.clone(),
+        );
+        registry.register(
+            "backend_era_reprobes",
+            "Probed eras forgotten because they stopped holding; the next call probes again",
+            self.era_reprobes.clone(),
         );
         registry.register(
             "connections_shed",
@@ -261,6 +275,22 @@ impl Metrics {
         self.retry(RetryResult::Rejected, RetryReason::InvalidState);
     }
 
+    /// A backend probed, and the era it turned out to speak.
+    pub fn era_probe(&self, backend: &str, era: Era) {
+        let backend = backend.to_owned();
+        self.era_probes
+            .get_or_create(&EraLabels { backend, era })
+            .inc();
+    }
+
+    /// A probed era that stopped holding, forgotten.
+    pub fn era_reprobe(&self, backend: &str) {
+        let backend = backend.to_owned();
+        self.era_reprobes
+            .get_or_create(&BackendLabels { backend })
+            .inc();
+    }
+
     pub fn abandoned(&self, reason: AbandonReason) {
         self.abandoned
             .get_or_create(&AbandonLabels { reason })
@@ -306,6 +336,13 @@ impl Metrics {
                 reason,
             })
         };
+        // The era counters start at zero too, so a rate over them reads 0 until a probe.
+        for era in Era::ALL {
+            let (backend, era) = (backend.to_owned(), *era);
+            self.era_probes
+                .get_or_create_owned(&EraLabels { backend, era });
+        }
+        self.era_reprobes.get_or_create_owned(&b());
         PoolMetrics {
             starts: self.session_starts.get_or_create_owned(&b()),
             start_failures: self.session_start_failures.get_or_create_owned(&b()),

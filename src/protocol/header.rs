@@ -28,6 +28,20 @@ pub fn decode_value(raw: &str) -> Option<String> {
     }
 }
 
+/// Encodes a value to mirror in a header: as it is when it is printable ASCII without
+/// surrounding spaces, else in the `=?base64?...?=` form [`decode_value`] reads.
+pub fn encode_value(text: &str) -> String {
+    let plain = text.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && text.trim() == text
+        && !text.starts_with("=?base64?");
+    if plain {
+        text.to_owned()
+    } else {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+        format!("=?base64?{encoded}?=")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,6 +54,9 @@ mod tests {
             Some("Hello, 世界")
         );
         assert_eq!(decode_value("=?base64?!!?="), None);
+        for text in ["plain", "Hello, 世界", " padded ", "=?base64?x?="] {
+            assert_eq!(decode_value(&encode_value(text)).as_deref(), Some(text));
+        }
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub fn is_cacheable_method(method: &str) -> bool {
 }
 
 /// Methods of 2026-07-28 that the gateway forwards as they are.
+/// The long-lived stream of a backend's change notifications; relayed to 2026-07-28 backends
+/// only (a legacy backend's changes would need its session's GET stream).
+pub const LISTEN: &str = "subscriptions/listen";
+
 pub fn is_forwarded_method(method: &str) -> bool {
     matches!(
         method,

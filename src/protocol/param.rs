@@ -5,7 +5,7 @@
 //! checks them ([`check`]).
 
 use super::header::decode_value;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Number, Value};
 
 /// What every `Mcp-Param-{Name}` header name starts with, lowercase as `http` keeps names.
@@ -82,6 +82,14 @@ impl Headers {
             Some((name.to_owned(), value))
         });
         Headers(params.collect())
+    }
+
+    /// Every header as it was sent, for a backend that reads them itself.
+    pub fn iter(&self) -> impl Iterator<Item = (HeaderName, &HeaderValue)> {
+        self.0.iter().filter_map(|(name, value)| {
+            let name = HeaderName::from_bytes(format!("{PREFIX}{name}").as_bytes()).ok()?;
+            Some((name, value))
+        })
     }
 
     /// The values sent under `Mcp-Param-{name}`, its name compared without case.

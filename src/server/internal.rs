@@ -136,6 +136,7 @@ async fn handle(
     let rx = bridge.handle_hop(
         backend,
         bridge::Request {
+            id: None,
             method: forwarded.method,
             params,
             meta,

@@ -164,6 +164,7 @@ async fn handle(
     let rx = bridge.handle(
         backend,
         bridge::Request {
+            id: Some(id.clone()),
             method,
             params,
             meta,
@@ -243,6 +244,7 @@ fn check_request(
         )));
     }
     let known = method == "server/discover"
+        || method == protocol::LISTEN
         || protocol::is_forwarded_method(method)
         || protocol::is_mrtr_method(method);
     if !known {

@@ -59,16 +59,17 @@ impl Refusal {
     }
 }
 
-/// The HTTP status of an outcome sent as JSON. 2026-07-28 gives three errors a status of their
+/// The HTTP status of an outcome sent as JSON. 2026-07-28 gives four errors a status of their
 /// own, whoever raised them (the gateway or the backend): a missing client capability (-32021)
-/// is 400, a method not implemented (-32601) is 404, and headers that do not match the body
-/// (-32020, the engine's check of `Mcp-Param-*`; a backend's own -32020 never arrives as one)
-/// are 400. Anything else is 200. An outcome after notifications goes at the end of an event
+/// is 400, a method not implemented (-32601) is 404, headers that do not match the body
+/// (-32020: the engine's check of `Mcp-Param-*`, or a relayed backend's own) are 400, and an
+/// unsupported version (-32022, a relayed backend's) is 400. Anything else is 200. An outcome after notifications goes at the end of an event
 /// stream whose status was sent with its first event.
 pub fn status_of(outcome: &Result<Payload, ErrorObject>) -> StatusCode {
     match outcome {
         Err(e) if e.code == jsonrpc::MISSING_CLIENT_CAPABILITY => StatusCode::BAD_REQUEST,
         Err(e) if e.code == jsonrpc::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        Err(e) if e.code == jsonrpc::UNSUPPORTED_PROTOCOL_VERSION => StatusCode::BAD_REQUEST,
         Err(e) if e.code == jsonrpc::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
         _ => StatusCode::OK,
     }

@@ -1,13 +1,16 @@
-//! Connections to legacy backends. Each upstream session is owned by one task (`session`), talked
-//! to through a [`Session`] handle, over a transport: `stdio` (a child process), `builtin` (the
-//! built-in legacy server, in process), `http` (Streamable HTTP) or `http_sse` (2024-11-05
-//! HTTP+SSE); [`pool`] leases sessions keyed by (principal, capability set) with at most one
-//! interactive call per session.
+//! Connections to backends: 2026-07-28 ones through one exchange a request (`modern`), the era
+//! of each found out by `era`; legacy ones through sessions. Each upstream session is owned by
+//! one task (`session`), talked to through a [`Session`] handle, over a transport: `stdio` (a
+//! child process), `builtin` (the built-in legacy server, in process), `http` (Streamable
+//! HTTP) or `http_sse` (2024-11-05 HTTP+SSE); [`pool`] leases sessions keyed by (principal,
+//! capability set) with at most one interactive call per session.
 
 mod builtin;
+pub mod era;
 pub(crate) mod h1;
 pub mod http;
 mod http_sse;
+pub(crate) mod modern;
 pub mod pool;
 pub mod session;
 pub mod stdio;

@@ -202,6 +202,12 @@ impl Pool {
         &self.backend
     }
 
+    /// The keep-alive HTTP client of an `http` or `sse` backend: 2026-07-28 requests share
+    /// its connections.
+    pub fn http_client(&self) -> Option<&http::Client> {
+        self.client.as_ref()
+    }
+
     /// Leases a session for `want`, starting one if the pool has room.
     pub async fn acquire(self: &Arc<Self>, want: Want<'_>) -> Result<Lease, Error> {
         let queued = Instant::now();

@@ -55,6 +55,12 @@ pub(super) async fn resume(
     };
     let (claims, handle) = match retry::decide(bridge, &retry, state) {
         Decision::Resume { claims, handle } => (claims, handle),
+        // A relayed call's state brought to a backend driven as legacy: not its request.
+        Decision::Relay { .. } => {
+            metrics.state_failure(StateFailure::Request);
+            let _ = reply.send(refuse(invalid_state())).await;
+            return;
+        }
         Decision::Refuse(failed) => {
             tracing::debug!(check = failed.as_str(), "requestState refused");
             metrics.state_failure(failed);

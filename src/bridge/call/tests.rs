@@ -175,6 +175,7 @@ impl Call {
             "io.modelcontextprotocol/clientCapabilities": self.caps,
         }});
         Request {
+            id: None,
             method: "tools/call".into(),
             meta: RequestMeta::from_params(Some(&params)).expect("meta"),
             params: params.as_object().expect("object").clone(),

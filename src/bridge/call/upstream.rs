@@ -312,6 +312,8 @@ impl Task {
     /// Sends the call again on a fresh session of the same backend.
     pub(super) async fn issue_again(&mut self) -> Result<(), ErrorObject> {
         let req = Request {
+            // A legacy session numbers its requests itself.
+            id: None,
             method: self.method.clone(),
             params: self.params()?,
             meta: self.meta.clone(),

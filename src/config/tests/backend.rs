@@ -1,6 +1,6 @@
 //! `[[backend]]` tables: each kind's settings checked, defaulted, and refused on another kind.
 
-use crate::config::{Authorization, Config, Transport};
+use crate::config::{Authorization, Config, Protocol, Transport};
 use std::time::Duration;
 
 #[test]
@@ -221,4 +221,46 @@ fn a_principal_takes_a_share_of_the_pool_and_some_is_kept_for_calls_without_inpu
         assert_eq!(err.field, format!("backend[0].{field}"), "{extra}");
         assert!(err.reason.contains(says), "{extra}: {err}");
     }
+}
+
+#[test]
+fn a_backend_era_is_auto_unless_set_and_2026_only_on_streamable_http() {
+    let backend = |lines: &str| Config::parse(&format!("[[backend]]\nname = \"b\"\n{lines}"), None);
+    let http = "kind = \"http\"\nurl = \"http://x/mcp\"\n";
+    assert_eq!(backend(http).unwrap().backends[0].protocol, Protocol::Auto);
+    for (text, want) in [
+        ("legacy", Protocol::Legacy),
+        ("auto", Protocol::Auto),
+        ("2026-07-28", Protocol::Modern),
+    ] {
+        let c = backend(&format!("{http}protocol = \"{text}\"\n")).unwrap();
+        assert_eq!(c.backends[0].protocol, want, "{text}");
+    }
+    let err = backend(&format!("{http}protocol = \"2025-11-25\"\n")).unwrap_err();
+    assert!(err.to_string().contains("backend[0].protocol"), "{err}");
+    // The other kinds are driven as legacy: `auto` is accepted and means legacy there.
+    for kind in [
+        "command = \"srv\"\n",
+        "kind = \"builtin\"\n",
+        "kind = \"sse\"\nurl = \"http://x/sse\"\n",
+    ] {
+        assert!(
+            backend(&format!("{kind}protocol = \"auto\"\n")).is_ok(),
+            "{kind}"
+        );
+        let err = backend(&format!("{kind}protocol = \"2026-07-28\"\n")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("backend[0].protocol") && text.contains("kind = \"http\""),
+            "{text}"
+        );
+    }
+    // `protocol_version` stays the legacy version `initialize` asks for, and says where the
+    // 2026-07-28 setting is.
+    let err = backend(&format!("{http}protocol_version = \"2026-07-28\"\n")).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("backend[0].protocol_version") && text.contains("protocol = \"2026-07-28\""),
+        "{text}"
+    );
 }
