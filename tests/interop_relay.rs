@@ -85,10 +85,12 @@ fn auto_finds_a_legacy_and_a_modern_server_side_by_side() {
     }
 }
 
-/// Two gateways sharing their state keys in front of the modern server, with every request
-/// going to the next of them (`faulty_relay.py` without a fault): each retry reaches the other
-/// replica, which serves it with no hop (neither has an internal listener) since nothing was
-/// parked. With keys of their own, the other replica refuses the state.
+/// Three gateways sharing their state keys in front of the modern server, with every request
+/// going to the next of them (`faulty_relay.py` without a fault): the driver's requests are
+/// sequential, so the three requests of `two_rounds` (the call and its two retries) each reach
+/// a different replica, and every retry reaches a replica that did not serve the round before.
+/// None has an internal listener, so none could hop: each serves the round it gets since
+/// nothing was parked. With a key of its own, a replica refuses the others' states.
 #[test]
 fn any_replica_serves_any_round_of_a_relayed_call() {
     let (_server, backend_url) = start_modern_server_http();
@@ -102,11 +104,12 @@ fn any_replica_serves_any_round_of_a_relayed_call() {
     let shared = "A".repeat(43);
     let (_a, first) = replica(&shared);
     let (_b, second) = replica(&shared);
-    let (_relay, url) = start_faulty_relay(&format!("{first},{second}"), "none");
+    let (_c, third) = replica(&shared);
+    let (_relay, url) = start_faulty_relay(&format!("{first},{second},{third}"), "none");
     assert_driver_passed(run_driver(&url, "shared"), "shared");
 
-    let (_c, first) = replica(&shared);
-    let (_d, second) = replica(&format!("{}A", "B".repeat(42)));
+    let (_d, first) = replica(&shared);
+    let (_e, second) = replica(&format!("{}A", "B".repeat(42)));
     let (_relay, url) = start_faulty_relay(&format!("{first},{second}"), "none");
     let failed = driver_failures(run_driver(&url, "apart"), "apart");
     assert!(
