@@ -34,11 +34,13 @@ impl Received {
 static HANG_CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// The scripted 2026-07-28 backend: one request per connection. Set `legacy`, it refuses
-/// everything as a legacy server refuses a request without a session.
+/// everything as a legacy server refuses a request without a session; set `locked`, it
+/// refuses a request without `Authorization` with 401, as a server behind authentication does.
 struct Modern {
     url: String,
     received: Arc<Mutex<Vec<Received>>>,
     legacy: Arc<AtomicBool>,
+    locked: Arc<AtomicBool>,
 }
 
 impl Modern {
@@ -47,15 +49,21 @@ impl Modern {
         let url = format!("http://{}/mcp", l.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Vec::new()));
         let legacy = Arc::new(AtomicBool::new(false));
-        let (log, old) = (received.clone(), legacy.clone());
+        let locked = Arc::new(AtomicBool::new(false));
+        let (log, old, lock) = (received.clone(), legacy.clone(), locked.clone());
         tokio::spawn(async move {
             loop {
                 let (mut s, _) = l.accept().await.unwrap();
-                let (log, old) = (log.clone(), old.clone());
+                let (log, old, lock) = (log.clone(), old.clone(), lock.clone());
                 tokio::spawn(async move {
                     if let Some(req) = read(&mut s).await {
                         log.lock().unwrap().push(req.clone());
-                        if old.load(Ordering::Relaxed) {
+                        if lock.load(Ordering::Relaxed) && req.header("authorization").is_none() {
+                            let body = r#"{"error":"invalid_token"}"#;
+                            let _ = s
+                                .write_all(&respond("401 Unauthorized", "application/json", body))
+                                .await;
+                        } else if old.load(Ordering::Relaxed) {
                             let _ = s.write_all(&no_session()).await;
                         } else {
                             answer(&req, &mut s).await;
@@ -68,6 +76,7 @@ impl Modern {
             url,
             received,
             legacy,
+            locked,
         }
     }
 
@@ -501,6 +510,40 @@ async fn an_era_that_stops_holding_is_probed_again() {
         m.get("mrtr_backend_era_reprobes_total", &[("backend", "b")]),
         2.0
     );
+    gw.stop().await;
+}
+
+/// A probe the backend refuses for want of a credential tells nothing of its era: it is not
+/// kept, and the next call, which brings a credential, probes again and finds it modern.
+#[tokio::test]
+async fn a_probe_refused_for_its_credential_is_tried_again() {
+    let backend = Modern::start().await;
+    backend.locked.store(true, Ordering::Relaxed);
+    let text = format!(
+        "[limits]\nrequest_timeout = \"2s\"\nqueue_wait = \"2s\"\n[[backend]]\nname = \"b\"\nkind = \"http\"\nurl = \"{}\"\nstandalone_stream = false\nauthorization = \"pass\"\n",
+        backend.url
+    );
+    let gw = gateway("", &text).await;
+    let caps = form();
+    let anonymous = client_at(&gw, "/mcp");
+    let refused = anonymous.call_tool("ask", json!({}), &caps).await;
+    assert_eq!(refused.error_code(), -31001, "{:#}", refused.body);
+    let alice = client_at(&gw, "/mcp").with_principal("alice");
+    let asked = alice.call_tool("ask", json!({}), &caps).await;
+    assert_eq!(
+        asked.result()["resultType"],
+        "input_required",
+        "{:#}",
+        asked.body
+    );
+    let m = gw.scrape().await;
+    let probes = |era| {
+        m.get(
+            "mrtr_backend_era_probes_total",
+            &[("backend", "b"), ("era", era)],
+        )
+    };
+    assert_eq!((probes("legacy"), probes("modern")), (1.0, 1.0));
     gw.stop().await;
 }
 
