@@ -13,6 +13,7 @@ use crate::metrics::{self, Metrics};
 use crate::protocol::{MODERN, header, meta};
 use http::HeaderValue;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The era a backend is driven in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +38,29 @@ pub struct Verdict {
 pub struct Cache {
     backend: String,
     fixed: Option<Era>,
-    /// The probed era; locked across a probe, so concurrent first callers wait for it.
-    probed: tokio::sync::Mutex<Option<Era>>,
+    /// The probed era ([`UNKNOWN`] until a probe settles it): read without a lock, since every
+    /// request to the backend asks for it.
+    known: AtomicU8,
+    /// Held across a probe, so concurrent first callers wait for the one probe.
+    probing: tokio::sync::Mutex<()>,
+}
+
+/// No probe has settled the era, or it was forgotten.
+const UNKNOWN: u8 = 0;
+
+fn encode(era: Era) -> u8 {
+    match era {
+        Era::Legacy => 1,
+        Era::Modern => 2,
+    }
+}
+
+fn decode(known: u8) -> Option<Era> {
+    match known {
+        1 => Some(Era::Legacy),
+        2 => Some(Era::Modern),
+        _ => None,
+    }
 }
 
 impl Cache {
@@ -52,7 +74,8 @@ impl Cache {
         Cache {
             backend: backend.name.clone(),
             fixed,
-            probed: tokio::sync::Mutex::new(None),
+            known: AtomicU8::new(UNKNOWN),
+            probing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -65,14 +88,18 @@ impl Cache {
         authorization: Option<&HeaderValue>,
         metrics: &Metrics,
     ) -> Era {
-        if let Some(era) = self.fixed {
+        if let Some(era) = self
+            .fixed
+            .or_else(|| decode(self.known.load(Ordering::Acquire)))
+        {
             return era;
         }
         let Some(upstream) = upstream else {
             return Era::Legacy;
         };
-        let mut probed = self.probed.lock().await;
-        if let Some(era) = *probed {
+        let _probing = self.probing.lock().await;
+        // Settled by the probe this caller waited for.
+        if let Some(era) = decode(self.known.load(Ordering::Acquire)) {
             return era;
         }
         let verdict = probe(upstream, authorization).await;
@@ -80,21 +107,22 @@ impl Cache {
         tracing::info!(%backend, era = ?verdict.era, why = %verdict.why, "backend era probed");
         metrics.era_probe(backend, label(verdict.era));
         if verdict.lasting {
-            *probed = Some(verdict.era);
+            self.known.store(encode(verdict.era), Ordering::Release);
         }
         verdict.era
     }
 
     /// Forgets a probed era that stopped holding (`was`): the next caller probes again. A fixed
-    /// era is never forgotten; nor is one a probe is settling now.
+    /// era is never forgotten; nor is one a probe is settling now (it is not known yet), nor
+    /// one that another caller forgot or a probe changed since.
     pub fn forget(&self, was: Era, why: &str, metrics: &Metrics) {
         if self.fixed.is_some() {
             return;
         }
-        if let Ok(mut probed) = self.probed.try_lock()
-            && *probed == Some(was)
-        {
-            *probed = None;
+        let forgotten =
+            self.known
+                .compare_exchange(encode(was), UNKNOWN, Ordering::AcqRel, Ordering::Acquire);
+        if forgotten.is_ok() {
             let backend = &self.backend;
             tracing::warn!(%backend, era = ?was, %why, "the backend's era no longer holds; probing it again");
             metrics.era_reprobe(backend);
