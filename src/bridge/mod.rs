@@ -244,12 +244,16 @@ impl Bridge {
 
     /// Serves a request by its backend's era, the one place the path is picked: relayed to a
     /// 2026-07-28 backend, bridged to a legacy one.
+    ///
+    /// The paths other than a call's are boxed (and the era's probe, in `era::Cache::era`): the
+    /// task's future is as large as its largest path, and a parked call's task lives as long as
+    /// its park.
     async fn serve(self: Arc<Self>, backend: usize, req: Request, tx: mpsc::Sender<Reply>) {
         let upstream = self.upstreams[backend].as_ref();
         let authorization = req.authorization.as_ref();
         let era = self.eras[backend].era(upstream, authorization, &self.metrics);
         if era.await == Era::Modern {
-            return relay::serve(self, backend, req, tx).await;
+            return Box::pin(relay::serve(self, backend, req, tx)).await;
         }
         if req.method == protocol::LISTEN {
             let e = ErrorObject::new(
@@ -272,7 +276,7 @@ impl Bridge {
             }
             return call::serve(self, backend, req, tx, false).await;
         }
-        let outcome = self.plain(backend, req).await;
+        let outcome = Box::pin(self.plain(backend, req)).await;
         let _ = tx.send(Reply::Done(outcome)).await;
     }
 

@@ -102,7 +102,8 @@ impl Cache {
         if let Some(era) = decode(self.known.load(Ordering::Acquire)) {
             return era;
         }
-        let verdict = probe(upstream, authorization).await;
+        // Boxed: every request's future holds this one's, and a probe runs once.
+        let verdict = Box::pin(probe(upstream, authorization)).await;
         let backend = &self.backend;
         tracing::info!(%backend, era = ?verdict.era, why = %verdict.why, "backend era probed");
         metrics.era_probe(backend, label(verdict.era));
