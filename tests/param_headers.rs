@@ -254,3 +254,44 @@ async fn a_retry_is_checked_as_its_first_request_was() {
     assert_eq!(done.tool_json(), json!({"arguments": args}));
     gw.stop().await;
 }
+
+/// Calls that find no tool list kept, all at once, share one fetch: the backend is asked for
+/// its list once, not once per call (parked calls started together would each have fetched).
+/// The principal's sessions are started first (by prompts, which fetch no list), so the calls
+/// lease them at once and all look for the list at the same time.
+#[tokio::test]
+async fn first_calls_at_once_share_one_fetch_of_the_tool_list() {
+    let gw = Gateway::start().await;
+    let c = gw.client();
+    let caps = json!({"elicitation": {}});
+    let greet = json!({"name": "greet", "arguments": {"greeting": "Hi"}});
+    let parked = (0..4).map(|_| {
+        let body = c.body("prompts/get", greet.clone(), &caps);
+        let c = &c;
+        async move { c.send(&body).await }
+    });
+    for asked in futures_util::future::join_all(parked).await {
+        let key = asked.key_for("elicitation/create");
+        let mut retry = greet.clone();
+        retry["inputResponses"] = json!({ key: common::accept(json!({"name": "Kim"})) });
+        retry["requestState"] = json!(asked.state());
+        let done = c.send(&c.body("prompts/get", retry, &caps)).await;
+        assert_eq!(done.result()["messages"][0]["content"]["text"], "Hi, Kim");
+    }
+    assert_eq!(methods_received(&gw, "tools/list"), 0);
+    let args = json!({"region": "eu", "confirm": true});
+    let asks = (0..4).map(|_| {
+        let body = c.body(
+            "tools/call",
+            json!({"name": "mirrored", "arguments": args}),
+            &caps,
+        );
+        let c = &c;
+        async move { post(c, &body, &[("Region", "eu")]).await }
+    });
+    for asked in futures_util::future::join_all(asks).await {
+        asked.key_for("elicitation/create");
+    }
+    assert_eq!(methods_received(&gw, "tools/list"), 1);
+    gw.stop().await;
+}

@@ -88,14 +88,39 @@ impl Catalog {
 #[derive(Debug)]
 pub(crate) struct Catalogs {
     cache: DashMap<(usize, Digest), (Instant, Arc<Catalog>)>,
+    /// The fetches under way: the first callers of one (backend, principal) that find nothing
+    /// kept share one fetch, rather than each sending `tools/list` (many parked calls started
+    /// together would otherwise each fetch, and each session keep room for the list it read).
+    fetching: DashMap<(usize, Digest), Arc<Fetch>>,
     max_catalogs: usize,
     max_tools: usize,
+}
+
+/// One fetch of a tool list, its outcome shared by every caller that waited for it.
+type Fetch = tokio::sync::OnceCell<Result<Arc<Catalog>, String>>;
+
+/// A caller's part in a shared fetch; the last of them to leave takes the fetch off the map,
+/// whether it finished or every caller gave up on it.
+struct Sharing<'a> {
+    catalogs: &'a Catalogs,
+    key: (usize, Digest),
+    fetch: Arc<Fetch>,
+}
+
+impl Drop for Sharing<'_> {
+    fn drop(&mut self) {
+        // Two counts: this caller's and the map's.
+        self.catalogs.fetching.remove_if(&self.key, |_, f| {
+            Arc::ptr_eq(f, &self.fetch) && Arc::strong_count(f) <= 2
+        });
+    }
 }
 
 impl Catalogs {
     pub(crate) fn new(limits: &Limits) -> Catalogs {
         Catalogs {
             cache: DashMap::new(),
+            fetching: DashMap::new(),
             max_catalogs: limits.max_tool_catalogs,
             max_tools: limits.max_tools_per_catalog,
         }
@@ -166,15 +191,30 @@ pub(super) async fn catalog(
     fetched(bridge, backend, req, lease.session()).await
 }
 
-/// Fetches the tool list on `session` and keeps it.
+/// Fetches the tool list on `session` and keeps it, or waits for the fetch another caller of
+/// the same (backend, principal) has under way and takes its outcome.
 async fn fetched(
     bridge: &Bridge,
     backend: usize,
     req: &Request,
     session: &Session,
 ) -> Result<Arc<Catalog>, String> {
-    let catalog = fetch(session, req, &bridge.config.limits, bridge.tools.max_tools).await?;
-    Ok(bridge.tools.store(backend, req.principal, catalog))
+    let catalogs = &bridge.tools;
+    let key = (backend, req.principal);
+    let shared = catalogs.fetching.entry(key).or_default().clone();
+    let sharing = Sharing {
+        catalogs,
+        key,
+        fetch: shared,
+    };
+    sharing
+        .fetch
+        .get_or_init(|| async {
+            let catalog = fetch(session, req, &bridge.config.limits, catalogs.max_tools).await?;
+            Ok(catalogs.store(backend, req.principal, catalog))
+        })
+        .await
+        .clone()
 }
 
 /// Every page, as many as are followed; each `tools/list` carries the client's trace context,
