@@ -110,6 +110,10 @@ pub struct Relayed {
     pub expires_at_ms: u64,
     /// The backend's `requestState`, as it wrote it.
     pub state: String,
+    /// The child of a stdio backend that wrote it: a server may keep what its state means in
+    /// its own process, so the retry goes back to that child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<u32>,
 }
 
 /// The input a replayed call has been given so far, in the order the backend asked for it.
@@ -497,6 +501,7 @@ mod tests {
             request: digest(b"r"),
             expires_at_ms: 42,
             state: "the backend's own state".into(),
+            child: Some(1),
         }
     }
 

@@ -128,7 +128,7 @@ impl Bridge {
             })
             .collect::<Vec<Arc<Pool>>>();
         let eras = config.backends.iter().map(era::Cache::new).collect();
-        let upstreams = relay::upstreams(&config, &pools);
+        let upstreams = relay::upstreams(&config, &pools, &sessions);
         let tools = tools::Catalogs::new(&config.limits);
         Arc::new(Bridge {
             eras,
@@ -179,7 +179,10 @@ impl Bridge {
         self.sessions.cancel();
         // Each session writes what it still has, closes its connection and reaps its child
         // (a stdio child gets two seconds after stdin closes, then is killed).
-        let closed = futures_util::future::join_all(self.pools.iter().map(|p| p.closed()));
+        let closed = futures_util::future::join(
+            futures_util::future::join_all(self.pools.iter().map(|p| p.closed())),
+            futures_util::future::join_all(self.upstreams.iter().flatten().map(|u| u.closed())),
+        );
         let until = deadline.max(tokio::time::Instant::now()) + SESSION_CLOSE;
         if tokio::time::timeout_at(until, closed).await.is_err() {
             tracing::warn!("upstream sessions still closing after the shutdown grace");
@@ -383,10 +386,16 @@ impl Bridge {
                 authorization: req.authorization.as_ref(),
             })
             .await;
+        let eras = &self.eras[backend];
         if let Err(e @ upstream::Error::Init { .. }) = &leased {
             // A backend probed as legacy that no longer initializes may have moved on to
             // 2026-07-28: the next call probes it again.
-            self.eras[backend].forget(Era::Legacy, &e.to_string(), &self.metrics);
+            eras.forget(Era::Legacy, &e.to_string(), &self.metrics);
+        } else if self.pools[backend].take_lost() {
+            // So may one that lost a session: a server restarted in another era (a dual-era
+            // one among them, which would still answer `initialize`).
+            let why = "a session to it was lost";
+            eras.forget(Era::Legacy, why, &self.metrics);
         }
         leased
     }

@@ -13,21 +13,27 @@ use crate::jsonrpc::{self, ErrorObject, Id, Message, Payload};
 use crate::metrics::{RetryReason, RetryResult, StateFailure};
 use crate::protocol::{self, MODERN, header, meta};
 use crate::seal::Relayed;
-use crate::upstream::modern::{Answer, Messages, Upstream};
+use crate::upstream::modern::{Answer, Children, Endpoint, Messages, Outgoing, Upstream};
 use crate::upstream::{self, Pool, era::Era};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// Ids for requests that come without the client's (none do from the face): each exchange
 /// carries one request, so an id only needs to differ from nothing else on it.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The relay's side of each Streamable HTTP backend that may be 2026-07-28, on its pool's
-/// HTTP client.
-pub(super) fn upstreams(config: &Config, pools: &[Arc<Pool>]) -> Vec<Option<Upstream>> {
+/// The relay's side of each backend that may be 2026-07-28: a Streamable HTTP one on its
+/// pool's HTTP client, a stdio one as children of its own, ended with `sessions`.
+pub(super) fn upstreams(
+    config: &Config,
+    pools: &[Arc<Pool>],
+    sessions: &CancellationToken,
+) -> Vec<Option<Upstream>> {
+    let limits = &config.limits;
     config
         .backends
         .iter()
@@ -36,8 +42,14 @@ pub(super) fn upstreams(config: &Config, pools: &[Arc<Pool>]) -> Vec<Option<Upst
             (_, Protocol::Legacy) => None,
             (Transport::Http(cfg), _) => {
                 let client = pool.http_client()?.clone();
-                Some(Upstream::new(&b.name, cfg, client, &config.limits))
+                Some(Upstream::Http(Endpoint::new(b, cfg, client, limits)))
             }
+            (Transport::Stdio(cfg), _) => Some(Upstream::Stdio(Children::new(
+                b,
+                cfg,
+                limits,
+                sessions.child_token(),
+            ))),
             _ => None,
         })
         .collect()
@@ -50,11 +62,13 @@ pub(super) async fn serve(
     mut req: Request,
     reply: mpsc::Sender<Reply>,
 ) {
+    let mut child = None;
     if let Some(state) = req.params.get("requestState").cloned() {
         match unwrap_state(&bridge, backend, &req, &state) {
-            Ok(backend_state) => {
+            Ok((backend_state, minted_by)) => {
                 req.params
                     .insert("requestState".into(), Value::String(backend_state));
+                child = minted_by;
             }
             Err(e) => {
                 let _ = reply.send(Reply::Done(Err(e))).await;
@@ -63,22 +77,23 @@ pub(super) async fn serve(
         }
     }
     let outcome = tokio::select! {
-        outcome = exchange(&bridge, backend, &req, &reply) => outcome,
-        // The client closed its stream: dropping the exchange closes the backend's.
+        outcome = exchange(&bridge, backend, &req, child, &reply) => outcome,
+        // The client closed its stream: dropping the exchange cancels the backend's request.
         () = reply.closed() => return,
     };
-    let outcome = outcome.and_then(|result| shape(&bridge, backend, &req, result));
+    let outcome = outcome.and_then(|(result, child)| shape(&bridge, backend, &req, result, child));
     let _ = reply.send(Reply::Done(outcome)).await;
 }
 
-/// The backend's own state from a retry's sealed one, after the checks every retry passes
-/// (`retry::decide`); a refusal is the one frozen error, counted under the check that failed.
+/// The backend's own state from a retry's sealed one, and the stdio child that wrote it, after
+/// the checks every retry passes (`retry::decide`); a refusal is the one frozen error, counted
+/// under the check that failed.
 fn unwrap_state(
     bridge: &Bridge,
     backend: usize,
     req: &Request,
     state: &Value,
-) -> Result<String, ErrorObject> {
+) -> Result<(String, Option<u32>), ErrorObject> {
     let metrics = &bridge.metrics;
     let Some(state) = state.as_str() else {
         metrics.state_failure(StateFailure::Malformed);
@@ -92,9 +107,12 @@ fn unwrap_state(
         hop: false,
     };
     match retry::decide(bridge, &retry, state) {
-        Decision::Relay { backend_state } => {
+        Decision::Relay {
+            backend_state,
+            child,
+        } => {
             metrics.retry(RetryResult::Relayed, RetryReason::None);
-            Ok(backend_state)
+            Ok((backend_state, child))
         }
         Decision::Refuse(failed) => {
             tracing::debug!(check = failed.as_str(), "requestState refused");
@@ -109,32 +127,42 @@ fn unwrap_state(
     }
 }
 
-/// Sends the request and reads its answer: notifications go to the client as they come, the
-/// response is returned. Bounded by `request_timeout` while nothing comes; a stream that
-/// carries notifications may run longer, as a legacy call's does.
+/// Sends the request (a retry to the stdio child that wrote its state) and reads its answer:
+/// notifications go to the client as they come; the response is returned with the stdio child
+/// that answered. Bounded by `request_timeout` while nothing comes; a stream that carries
+/// notifications may run longer, as a legacy call's does.
 async fn exchange(
     bridge: &Bridge,
     backend: usize,
     req: &Request,
+    child: Option<u32>,
     reply: &mpsc::Sender<Reply>,
-) -> Result<Value, ErrorObject> {
+) -> Result<(Value, Option<u32>), ErrorObject> {
     let upstream: &Upstream = bridge.upstreams[backend]
         .as_ref()
-        .expect("a backend relayed to is a Streamable HTTP one");
+        .expect("a backend relayed to is a Streamable HTTP or stdio one");
     let name = upstream.backend();
     let id = req.id.clone().unwrap_or_else(|| {
         Id::String(format!("relay-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)))
     });
-    let params = Value::Object(req.params.clone());
-    let body = jsonrpc::request_text(&id, &req.method, Some(&params));
     let sent = tokio::time::Instant::now();
+    let out = Outgoing {
+        id: &id,
+        method: &req.method,
+        params: &req.params,
+        headers: headers(req),
+        authorization: req.authorization.as_ref(),
+        child,
+    };
     let answer = upstream
-        .send(&body, headers(req), req.authorization.as_ref())
+        .send(out)
         .await
         .map_err(|f| backend_failed(name, "", &f.describe()))?;
+    let mut answered_by = None;
     let response = match answer {
         Answer::Json(msgs) => read_json(bridge, backend, msgs, &id, reply).await?,
         Answer::Stream(stream) => {
+            answered_by = stream.child();
             // A listen stream is quiet until something changes, for as long as the client
             // stays; any other stream is bounded as a call is.
             let quiet =
@@ -146,6 +174,7 @@ async fn exchange(
     match response {
         Ok(raw) => raw
             .to_value()
+            .map(|result| (result, answered_by))
             .map_err(|_| backend_failed(name, "", "its result is not JSON")),
         Err(e) => {
             if e.code == jsonrpc::UNSUPPORTED_PROTOCOL_VERSION {
@@ -282,6 +311,7 @@ fn shape(
     backend: usize,
     req: &Request,
     mut result: Value,
+    child: Option<u32>,
 ) -> Result<Payload, ErrorObject> {
     let config = &bridge.config.backends[backend];
     let name = &config.name;
@@ -290,7 +320,7 @@ fn shape(
     };
     match fields.get("resultType").and_then(Value::as_str) {
         Some("complete") => {}
-        Some("input_required") => seal_state(bridge, backend, req, fields)?,
+        Some("input_required") => seal_state(bridge, backend, req, fields, child)?,
         Some(_) => return Err(invalid_result(name, "a result of an unknown resultType")),
         None => return Err(invalid_result(name, "a result without resultType")),
     }
@@ -319,12 +349,14 @@ fn shape(
 }
 
 /// An `InputRequiredResult`: its `inputRequests` pass as the backend wrote them; its
-/// `requestState`, if it has one, goes out inside the gateway's seal.
+/// `requestState`, if it has one, goes out inside the gateway's seal with the stdio child that
+/// wrote it.
 fn seal_state(
     bridge: &Bridge,
     backend: usize,
     req: &Request,
     fields: &mut Map<String, Value>,
+    child: Option<u32>,
 ) -> Result<(), ErrorObject> {
     let name = &bridge.config.backends[backend].name;
     if !fields.get("inputRequests").is_some_and(Value::is_object) {
@@ -345,6 +377,7 @@ fn seal_state(
         request: Bridge::request_digest(&req.method, &req.params),
         expires_at_ms: retry::now_ms() + ttl.as_millis() as u64,
         state,
+        child,
     };
     let sealed = bridge.keys.seal_relayed(&relayed);
     fields.insert("requestState".into(), Value::String(sealed));

@@ -23,8 +23,12 @@ pub(super) enum Decision {
         claims: Box<Claims>,
         transcript: Transcript,
     },
-    /// A relayed call's state: send the retry to the 2026-07-28 backend with its own state.
-    Relay { backend_state: String },
+    /// A relayed call's state: send the retry to the 2026-07-28 backend with its own state
+    /// (to the stdio child that wrote it, if one did).
+    Relay {
+        backend_state: String,
+        child: Option<u32>,
+    },
     /// Refused with the frozen error, counted under the check that failed.
     Refuse(StateFailure),
 }
@@ -127,6 +131,7 @@ fn check_relayed(
     }
     Ok(Decision::Relay {
         backend_state: relayed.state,
+        child: relayed.child,
     })
 }
 

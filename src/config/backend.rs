@@ -16,6 +16,9 @@ use std::time::Duration;
 pub const DEFAULT_STDERR_LINE: usize = 16 * 1024;
 /// Default of `write_queue`.
 pub const DEFAULT_WRITE_QUEUE: usize = 32;
+/// Default of `probe_timeout`: long enough for a server started through `npx` or `uv run` to
+/// answer its first line; a legacy server that ignores the probe costs its first call this.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct Backend {
@@ -32,6 +35,8 @@ pub struct Backend {
     pub protocol_version: &'static str,
     /// The era the backend is driven in, or how it is found out.
     pub protocol: Protocol,
+    /// How long `Protocol::Auto`'s probe waits for an answer.
+    pub probe_timeout: Duration,
     pub replay: Replay,
     /// Whether results carry the backend's `serverInfo` in `_meta`
     /// (`io.modelcontextprotocol/serverInfo`), `server/discover`'s too.
@@ -59,13 +64,15 @@ pub struct Stdio {
     pub max_stderr_line_bytes: usize,
     /// Lines waiting to be written to the child's stdin; past them a session waits.
     pub write_queue: usize,
+    /// The children a 2026-07-28 backend runs, shared by every principal.
+    pub children: usize,
 }
 
 /// A backend's `protocol`: the era it speaks, or `Auto` to find out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
-    /// Probed with `server/discover` before first use (`kind = "http"`); legacy on the other
-    /// kinds, whose probe does not exist yet.
+    /// Probed with `server/discover` before first use (`kind = "http"` and `"stdio"`); legacy
+    /// on the other kinds, which are legacy transports or the built-in legacy server.
     Auto,
     /// Driven as a legacy server: `initialize`, sessions, the bridge.
     Legacy,
@@ -228,6 +235,13 @@ fn validate(
         )?,
         protocol_version,
         protocol,
+        probe_timeout: in_range(
+            &field("probe_timeout"),
+            b.probe_timeout,
+            DEFAULT_PROBE_TIMEOUT,
+            Duration::from_millis(100),
+            Duration::from_secs(600),
+        )?,
         server_info: b.server_info.unwrap_or(true),
         name: b.name,
         path,
@@ -334,12 +348,13 @@ fn check_stdio_only(
         || !b.env.is_empty()
         || b.cwd.is_some()
         || b.max_stderr_line_bytes.is_some()
-        || b.write_queue.is_some();
+        || b.write_queue.is_some()
+        || b.children.is_some();
     if kind != Kind::Stdio && set {
         return Err(bad(
             field("command"),
             format!(
-                "`command`, `args`, `env`, `cwd`, `max_stderr_line_bytes` and `write_queue` are for stdio backends, not `{kind}`"
+                "`command`, `args`, `env`, `cwd`, `max_stderr_line_bytes`, `write_queue` and `children` are for stdio backends, not `{kind}`"
             ),
         ));
     }
@@ -475,6 +490,7 @@ fn stdio(field: &dyn Fn(&str) -> String, b: &raw::Backend) -> Result<Stdio, Conf
             1,
             4096,
         )?,
+        children: in_range(&field("children"), b.children, 2, 1, 64)?,
     })
 }
 
@@ -503,8 +519,8 @@ fn protocol_version(
     }
 }
 
-/// `protocol`, `auto` unless set. Only Streamable HTTP backends can be 2026-07-28 for now:
-/// HTTP+SSE is a legacy transport, and stdio backends are driven as legacy.
+/// `protocol`, `auto` unless set. Streamable HTTP and stdio backends can be 2026-07-28:
+/// HTTP+SSE is a legacy transport, and the built-in server is a legacy one.
 fn protocol(
     field: &dyn Fn(&str) -> String,
     kind: Kind,
@@ -524,12 +540,12 @@ fn protocol(
             ));
         }
     };
-    if protocol == Protocol::Modern && kind != Kind::Http {
+    if protocol == Protocol::Modern && !matches!(kind, Kind::Http | Kind::Stdio) {
         return Err(bad(
             field("protocol"),
             format!(
-                "`{}` is for `kind = \"http\"` backends: a `{kind}` backend is driven as \
-                 legacy (set `protocol = \"legacy\"` or leave it out)",
+                "`{}` is for `kind = \"http\"` and `\"stdio\"` backends: a `{kind}` backend \
+                 is driven as legacy (set `protocol = \"legacy\"` or leave it out)",
                 crate::protocol::MODERN
             ),
         ));

@@ -281,13 +281,21 @@ fn describe_backend(s: &mut String, b: &Backend) {
 }
 
 /// What the gateway speaks to a backend: the legacy version it asks for, and on Streamable
-/// HTTP the era setting (the other kinds are legacy whatever it says).
+/// HTTP and stdio the era setting (the other kinds are legacy whatever it says).
 fn era(b: &Backend) -> String {
+    let children = match &b.transport {
+        Transport::Stdio(s) => format!(" over {} children", s.children),
+        _ => String::new(),
+    };
     match (&b.transport, b.protocol) {
-        (Transport::Http(_), Protocol::Modern) => format!("relays {}", b.protocol.as_str()),
-        (Transport::Http(_), Protocol::Auto) => {
-            format!("probes server/discover, else asks {}", b.protocol_version)
+        (Transport::Http(_) | Transport::Stdio(_), Protocol::Modern) => {
+            format!("relays {}{children}", b.protocol.as_str())
         }
+        (Transport::Http(_) | Transport::Stdio(_), Protocol::Auto) => format!(
+            "probes server/discover (waits {}), else asks {}",
+            duration(b.probe_timeout),
+            b.protocol_version
+        ),
         _ => format!("asks {}", b.protocol_version),
     }
 }

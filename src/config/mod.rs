@@ -25,7 +25,8 @@ mod tests;
 
 pub use address::parse_host_port;
 pub use backend::{
-    Backend, DEFAULT_STDERR_LINE, DEFAULT_WRITE_QUEUE, Policy, Protocol, Replay, Stdio, Transport,
+    Backend, DEFAULT_PROBE_TIMEOUT, DEFAULT_STDERR_LINE, DEFAULT_WRITE_QUEUE, Policy, Protocol,
+    Replay, Stdio, Transport,
 };
 pub use env::{ADVERTISE_ENV, KEYS_ENV, REPLICA_ID_ENV};
 pub use http_backend::{Authorization, DEFAULT_RESPONSE_HEAD, Http};

@@ -253,6 +253,9 @@ pub struct Backend {
     pub max_stderr_line_bytes: Option<usize>,
     /// For `kind = "stdio"`: lines waiting for the child's stdin (default 32).
     pub write_queue: Option<usize>,
+    /// For `kind = "stdio"`: the children a 2026-07-28 backend runs, shared by all principals
+    /// (default 2).
+    pub children: Option<usize>,
     /// Backend sessions at most (default 16); a parked call holds one.
     pub pool_max: Option<usize>,
     /// Sessions one principal's calls that may ask for input (parked ones among them) hold at
@@ -266,9 +269,14 @@ pub struct Backend {
     pub idle_timeout: Option<Duration>,
     /// The version `initialize` asks for (default the newest legacy one).
     pub protocol_version: Option<String>,
-    /// The backend's era: `"auto"` (default: probed with `server/discover` on `kind = "http"`,
-    /// legacy on the other kinds), `"legacy"` or `"2026-07-28"` (`kind = "http"` only).
+    /// The backend's era: `"auto"` (default: probed with `server/discover` on `kind = "http"`
+    /// and `"stdio"`, legacy on the other kinds), `"legacy"` or `"2026-07-28"` (`kind = "http"`
+    /// and `"stdio"`).
     pub protocol: Option<String>,
+    /// How long `protocol = "auto"`'s probe waits for an answer before it takes the backend
+    /// for legacy (default 10 s).
+    #[serde(default, with = "humantime_serde")]
+    pub probe_timeout: Option<Duration>,
     /// Whether results carry the backend's `serverInfo` in `_meta` (default true).
     pub server_info: Option<bool>,
     /// The endpoint path; required when there is more than one backend.

@@ -293,7 +293,7 @@ fn check_prints_durations_sizes_and_lists_as_plain_text() {
         "parked calls      8 per principal, 100 in all\n",
         "input requests    32 per call\n",
         "waits             queue 2s, backend round 90s, held roots 250ms\n",
-        "-> stdio server (args --stdio, -v; env TOKEN set) (pool 16: 4 per principal for calls that may ask for input, 2 kept for calls that need none; idle 300s, asks 2025-11-25, policy hold (pay: replay))\n",
+        "-> stdio server (args --stdio, -v; env TOKEN set) (pool 16: 4 per principal for calls that may ask for input, 2 kept for calls that need none; idle 300s, probes server/discover (waits 10s), else asks 2025-11-25, policy hold (pay: replay))\n",
     ] {
         assert!(text.contains(line), "no `{}` in:\n{text}", line.trim_end());
     }

@@ -26,6 +26,11 @@ impl Raw {
         self.0.get()
     }
 
+    /// A result the gateway makes itself.
+    pub fn from_value(value: &Value) -> Raw {
+        Raw(serde_json::value::to_raw_value(value).expect("a tree always serializes"))
+    }
+
     /// The result as a tree.
     pub fn to_value(&self) -> Result<Value, serde_json::Error> {
         serde_json::from_str(self.0.get())

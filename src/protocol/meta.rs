@@ -13,6 +13,8 @@ pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilitie
 pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// On a subscription's notifications: the id of the `subscriptions/listen` request.
+pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
 

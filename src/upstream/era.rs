@@ -1,18 +1,18 @@
 //! Which era a backend speaks, found out once and kept. A backend set to `auto` on Streamable
-//! HTTP is probed as a dual-era client would (2026-07-28 "Backward compatibility"): a
-//! `server/discover` with the 2026 headers and `_meta`. A `DiscoverResult` naming 2026-07-28,
-//! or a -32022 whose `data.supported` names it, means modern; anything else (an HTTP error, a
-//! legacy error whatever its code, a body that is not JSON-RPC, no answer in time) means
-//! legacy. Concurrent first callers share one probe; a verdict that stops holding is
+//! HTTP or stdio is probed as a dual-era client would (2026-07-28 "Backward compatibility"): a
+//! `server/discover` with the 2026 headers and `_meta` (on stdio, the first line of a new
+//! child). A `DiscoverResult` naming 2026-07-28, or a -32022 whose `data.supported` names it,
+//! means modern; anything else (an HTTP error, a legacy error whatever its code, a body that is
+//! not JSON-RPC, a child that exits, no answer within `probe_timeout`) means legacy. Concurrent first callers share one probe; a verdict that stops holding is
 //! forgotten ([`Cache::forget`]) and the next caller probes again.
 
-use super::modern::{Answer, Upstream};
+use super::modern::{Answer, Outgoing, Upstream};
 use crate::config::{Backend, Protocol, Transport};
-use crate::jsonrpc::{self, Id, Message, UNSUPPORTED_PROTOCOL_VERSION};
+use crate::jsonrpc::{Id, Message, UNSUPPORTED_PROTOCOL_VERSION};
 use crate::metrics::{self, Metrics};
 use crate::protocol::{MODERN, header, meta};
 use http::HeaderValue;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The era a backend is driven in.
@@ -66,9 +66,9 @@ fn decode(known: u8) -> Option<Era> {
 impl Cache {
     pub fn new(backend: &Backend) -> Cache {
         let fixed = match (&backend.transport, backend.protocol) {
-            (Transport::Http(_), Protocol::Auto) => None,
-            (Transport::Http(_), Protocol::Modern) => Some(Era::Modern),
-            // HTTP+SSE is a legacy transport; stdio's probe is not built yet.
+            (Transport::Http(_) | Transport::Stdio(_), Protocol::Auto) => None,
+            (Transport::Http(_) | Transport::Stdio(_), Protocol::Modern) => Some(Era::Modern),
+            // HTTP+SSE is a legacy transport, and the built-in server a legacy server.
             _ => Some(Era::Legacy),
         };
         Cache {
@@ -104,6 +104,7 @@ impl Cache {
         }
         // Boxed: every request's future holds this one's, and a probe runs once.
         let verdict = Box::pin(probe(upstream, authorization)).await;
+        upstream.probed(verdict.era);
         let backend = &self.backend;
         tracing::info!(%backend, era = ?verdict.era, why = %verdict.why, "backend era probed");
         metrics.era_probe(backend, label(verdict.era));
@@ -143,25 +144,35 @@ const PROBE_ID: &str = "era-probe";
 
 /// Sends `server/discover` as a 2026-07-28 client does, and classifies what comes back.
 async fn probe(upstream: &Upstream, authorization: Option<&HeaderValue>) -> Verdict {
-    let params = json!({"_meta": {
-        meta::PROTOCOL_VERSION: MODERN,
-        meta::CLIENT_CAPABILITIES: {},
-        meta::CLIENT_INFO: {"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")},
-    }});
+    let mut params = Map::new();
+    params.insert(
+        "_meta".into(),
+        json!({
+            meta::PROTOCOL_VERSION: MODERN,
+            meta::CLIENT_CAPABILITIES: {},
+            meta::CLIENT_INFO: {"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")},
+        }),
+    );
     let id = Id::String(PROBE_ID.into());
-    let body = jsonrpc::request_text(&id, "server/discover", Some(&params));
-    let headers = vec![
-        (
-            header::MCP_PROTOCOL_VERSION,
-            HeaderValue::from_static(MODERN),
-        ),
-        (
-            header::MCP_METHOD,
-            HeaderValue::from_static("server/discover"),
-        ),
-    ];
-    let answer = tokio::time::timeout(upstream.timeout(), async {
-        match upstream.send(&body, headers, authorization).await {
+    let out = Outgoing {
+        id: &id,
+        method: "server/discover",
+        params: &params,
+        headers: vec![
+            (
+                header::MCP_PROTOCOL_VERSION,
+                HeaderValue::from_static(MODERN),
+            ),
+            (
+                header::MCP_METHOD,
+                HeaderValue::from_static("server/discover"),
+            ),
+        ],
+        authorization,
+        child: None,
+    };
+    let answer = tokio::time::timeout(upstream.probe_timeout(), async {
+        match upstream.probe(out).await {
             Ok(Answer::Json(msgs)) => Ok(msgs.into_iter().find(is_response)),
             Ok(Answer::Stream(mut stream)) => loop {
                 match stream.next().await {
@@ -242,6 +253,7 @@ fn names_modern(versions: Option<&Value>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc;
 
     fn parsed(text: &str) -> Message {
         jsonrpc::parse(text.as_bytes(), 64).expect("a message")

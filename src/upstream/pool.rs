@@ -18,6 +18,7 @@ use crate::protocol::caps::Declared;
 use crate::seal::Digest;
 use crate::shard::Shards;
 use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -101,6 +102,8 @@ pub struct Pool {
     sessions: tokio_util::task::TaskTracker,
     init_results: super::session::InitResults,
     metrics: PoolMetrics,
+    /// A session ended without the pool ending it since [`Pool::take_lost`] last looked.
+    lost: AtomicBool,
 }
 
 /// A session lent to one call; returned to the pool on drop.
@@ -181,6 +184,7 @@ impl Pool {
             freed: Notify::new(),
             shutdown,
             metrics,
+            lost: AtomicBool::new(false),
         });
         let reaper = Arc::downgrade(&pool);
         let every = (pool.backend.idle_timeout / 4).max(std::time::Duration::from_millis(50));
@@ -200,6 +204,21 @@ impl Pool {
 
     pub fn backend(&self) -> &Backend {
         &self.backend
+    }
+
+    /// Whether a session was lost (the backend forgot it, its connection broke, its child
+    /// exited) since the last time this was asked; asking clears it. A backend that lost its
+    /// sessions may have been restarted as something else.
+    pub fn take_lost(&self) -> bool {
+        self.lost.swap(false, Ordering::AcqRel)
+    }
+
+    /// Counts a session's end.
+    fn ended(&self, why: SessionEnd) {
+        if why == SessionEnd::Lost {
+            self.lost.store(true, Ordering::Release);
+        }
+        self.metrics.ended(why);
     }
 
     /// The keep-alive HTTP client of an `http` or `sse` backend: 2026-07-28 requests share
@@ -260,7 +279,7 @@ impl Pool {
         slots.live.retain(|s| {
             let keep = s.session.is_alive() || s.interactive || s.shared > 0;
             if !keep {
-                self.metrics.ended(SessionEnd::Lost);
+                self.ended(SessionEnd::Lost);
             }
             keep
         });
@@ -301,7 +320,7 @@ impl Pool {
             .map(|(i, _)| i);
         if let Some(i) = idle {
             slots.live.swap_remove(i);
-            self.metrics.ended(SessionEnd::Evicted);
+            self.ended(SessionEnd::Evicted);
             slots.begin_start(want);
             return Taken::Start;
         }
@@ -411,7 +430,7 @@ impl Pool {
             if slot.retired && !slot.interactive && slot.shared == 0 {
                 // Dropping the last handle closes the session task and its child.
                 slots.live.swap_remove(i);
-                self.metrics.ended(if alive {
+                self.ended(if alive {
                     SessionEnd::Retired
                 } else {
                     SessionEnd::Lost
@@ -439,7 +458,7 @@ impl Pool {
             } else {
                 return true;
             };
-            self.metrics.ended(end);
+            self.ended(end);
             false
         });
         let closed = before - slots.live.len();

@@ -4,17 +4,21 @@
 //! shutdown closes stdin, waits, then kills; the child is always reaped. The child leads a
 //! process group of its own, and whatever is left of that group when it ends is killed too: a
 //! server started through a wrapper (`sh -c`, `npx`, `uv run`) leaves no orphan behind.
+//! Children of 2026-07-28 backends (`modern::stdio`) are started and ended the same way
+//! ([`launch`], [`write_lines`]).
 
 use super::Error;
 use super::session::{self, Inbound, Session, Start, Transport};
 use crate::config::Stdio;
 use crate::jsonrpc;
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use std::process::Stdio as ProcStdio;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
@@ -29,6 +33,29 @@ pub async fn spawn(
     start: Start,
     shutdown: CancellationToken,
 ) -> Result<Session, Error> {
+    let child = launch(cfg, &start.backend)?;
+    connect(
+        child.stdout,
+        child.stdin,
+        cfg.write_queue,
+        start,
+        shutdown,
+        child.on_exit,
+    )
+    .await
+}
+
+/// A running child: its pipes, and what to await once its stdin is closed.
+pub(super) struct Launched {
+    pub stdin: ChildStdin,
+    pub stdout: ChildStdout,
+    /// Waits [`EXIT_GRACE`] for the child to exit, kills it if it has not, then kills what is
+    /// left of its process group.
+    pub on_exit: BoxFuture<'static, ()>,
+}
+
+/// Starts `cfg`'s program in a process group of its own, its stderr drained to the log.
+pub(super) fn launch(cfg: &Stdio, backend: &str) -> Result<Launched, Error> {
     let mut cmd = tokio::process::Command::new(&cfg.command);
     cmd.args(&cfg.args)
         .envs(&cfg.env)
@@ -43,42 +70,46 @@ pub async fn spawn(
     }
     let mut child = cmd.spawn().map_err(|e| {
         // The command line is the operator's business: clients hear only the error.
-        tracing::warn!(backend = %start.backend, command = %cfg.command.display(), "cannot start the backend: {e}");
+        tracing::warn!(%backend, command = %cfg.command.display(), "cannot start the backend: {e}");
         Error::Spawn {
-            backend: start.backend.clone(),
+            backend: backend.to_owned(),
             reason: e.to_string(),
         }
     })?;
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let backend = start.backend.clone();
     let pid = child.id();
+    let name = backend.to_owned();
     // Drained to its end whatever it carries: a child whose stderr pipe closed would die on its
     // next log line.
     tokio::spawn(drain_stderr(
         stderr,
         cfg.max_stderr_line_bytes,
         move |line| {
-            tracing::info!(backend = %backend, pid, "stderr: {line}");
+            tracing::info!(backend = %name, pid, "stderr: {line}");
         },
     ));
-    let backend = start.backend.clone();
+    let backend = backend.to_owned();
     let group = Group(pid);
-    let on_exit = async move {
-        // Closing stdin (done by the session task) asks the child to exit; then it is killed.
+    let on_exit = Box::pin(async move {
+        // Closing stdin (done by whoever owns it) asks the child to exit; then it is killed.
         match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
-            Ok(status) => tracing::debug!(backend = %backend, pid, ?status, "backend exited"),
+            Ok(status) => tracing::debug!(%backend, pid, ?status, "backend exited"),
             Err(_) => {
                 let _ = child.kill().await;
-                tracing::debug!(backend = %backend, pid, "backend killed after grace");
+                tracing::debug!(%backend, pid, "backend killed after grace");
             }
         }
         // Dropped here, or with the task if it never gets this far: the rest of the group goes
         // (the child itself, once its grace is over, was killed above).
         drop(group);
-    };
-    connect(stdout, stdin, cfg.write_queue, start, shutdown, on_exit).await
+    });
+    Ok(Launched {
+        stdin,
+        stdout,
+        on_exit,
+    })
 }
 
 /// The process group a child leads (its id is the child's pid). Dropping it kills what is left
@@ -213,7 +244,7 @@ struct Lines<R> {
 /// Lines a session logs as warnings when its child writes something other than messages to
 /// stdout (a banner, a progress bar); later ones are logged at debug level, and the session's
 /// end says how many there were. A child that writes nothing else would fill the log otherwise.
-const UNPARSEABLE_LOGGED: u64 = 10;
+pub(super) const UNPARSEABLE_LOGGED: u64 = 10;
 
 impl<R> Lines<R> {
     fn write_failure(&self) -> String {
@@ -227,7 +258,7 @@ impl<R> Lines<R> {
 /// The writer task: writes each queued line, then closes the child's input once the session
 /// lets go of the queue. A write that makes no progress for `stall` (the child reads nothing)
 /// or fails ends it, saying why in `failed`.
-async fn write_lines<W: AsyncWrite + Unpin>(
+pub(super) async fn write_lines<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut queue: mpsc::Receiver<Vec<u8>>,
     stall: Duration,

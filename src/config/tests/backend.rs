@@ -224,23 +224,25 @@ fn a_principal_takes_a_share_of_the_pool_and_some_is_kept_for_calls_without_inpu
 }
 
 #[test]
-fn a_backend_era_is_auto_unless_set_and_2026_only_on_streamable_http() {
+fn a_backend_era_is_auto_unless_set_and_2026_only_on_streamable_http_and_stdio() {
     let backend = |lines: &str| Config::parse(&format!("[[backend]]\nname = \"b\"\n{lines}"), None);
     let http = "kind = \"http\"\nurl = \"http://x/mcp\"\n";
-    assert_eq!(backend(http).unwrap().backends[0].protocol, Protocol::Auto);
-    for (text, want) in [
-        ("legacy", Protocol::Legacy),
-        ("auto", Protocol::Auto),
-        ("2026-07-28", Protocol::Modern),
-    ] {
-        let c = backend(&format!("{http}protocol = \"{text}\"\n")).unwrap();
-        assert_eq!(c.backends[0].protocol, want, "{text}");
+    let stdio = "command = \"srv\"\n";
+    for kind in [http, stdio] {
+        assert_eq!(backend(kind).unwrap().backends[0].protocol, Protocol::Auto);
+        for (text, want) in [
+            ("legacy", Protocol::Legacy),
+            ("auto", Protocol::Auto),
+            ("2026-07-28", Protocol::Modern),
+        ] {
+            let c = backend(&format!("{kind}protocol = \"{text}\"\n")).unwrap();
+            assert_eq!(c.backends[0].protocol, want, "{kind}{text}");
+        }
+        let err = backend(&format!("{kind}protocol = \"2025-11-25\"\n")).unwrap_err();
+        assert!(err.to_string().contains("backend[0].protocol"), "{err}");
     }
-    let err = backend(&format!("{http}protocol = \"2025-11-25\"\n")).unwrap_err();
-    assert!(err.to_string().contains("backend[0].protocol"), "{err}");
-    // The other kinds are driven as legacy: `auto` is accepted and means legacy there.
+    // The legacy transports and the built-in legacy server: `auto` is accepted and means legacy.
     for kind in [
-        "command = \"srv\"\n",
         "kind = \"builtin\"\n",
         "kind = \"sse\"\nurl = \"http://x/sse\"\n",
     ] {
@@ -254,6 +256,27 @@ fn a_backend_era_is_auto_unless_set_and_2026_only_on_streamable_http() {
             text.contains("backend[0].protocol") && text.contains("kind = \"http\""),
             "{text}"
         );
+    }
+    // The probe's wait, on any kind, and a 2026-07-28 stdio backend's children.
+    let c = backend(&format!("{stdio}probe_timeout = \"3s\"\nchildren = 4\n")).unwrap();
+    let b = &c.backends[0];
+    assert_eq!(b.probe_timeout, std::time::Duration::from_secs(3));
+    let crate::config::Transport::Stdio(s) = &b.transport else {
+        panic!("a stdio backend")
+    };
+    assert_eq!(s.children, 4);
+    assert_eq!(
+        backend(http).unwrap().backends[0].probe_timeout,
+        crate::config::DEFAULT_PROBE_TIMEOUT
+    );
+    for (lines, field) in [
+        (format!("{stdio}children = 0\n"), "children"),
+        (format!("{stdio}children = 65\n"), "children"),
+        (format!("{http}children = 2\n"), "command"),
+        (format!("{stdio}probe_timeout = \"1ms\"\n"), "probe_timeout"),
+    ] {
+        let err = backend(&lines).unwrap_err();
+        assert_eq!(err.field, format!("backend[0].{field}"), "{lines}");
     }
     // `protocol_version` stays the legacy version `initialize` asks for, and says where the
     // 2026-07-28 setting is.

@@ -20,6 +20,7 @@ fn stdio(command: &str, cwd: Option<PathBuf>, path: Option<PathBuf>) -> Stdio {
         cwd,
         max_stderr_line_bytes: 1024,
         write_queue: 1,
+        children: 1,
     }
 }
 

@@ -1,54 +1,46 @@
 //! One exchange with a 2026-07-28 backend over Streamable HTTP: a POST of a request as the
 //! client wrote it, with its 2026 headers, over the backend's pooled connections (the pool's
-//! [`http::Client`]), and its answer read as JSON or as an event stream of messages. No
-//! `initialize`, no session: the protocol keeps no state between requests. The relay
-//! (`bridge::relay`) and the era probe (`era`) are its callers.
+//! [`http::Client`]), and its answer read as JSON or as an event stream of messages.
 
-use super::http::{self, ACCEPT_ANSWER, Failure, Link, content_type, status_failure};
-use crate::config::{Authorization, Http};
+use super::{Answer, Messages, Outgoing};
+use crate::config::{Authorization, Backend, Http};
 use crate::jsonrpc::{self, Message};
 use crate::sse::DecodeError;
-use ::http::{HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use crate::upstream::http::{self, ACCEPT_ANSWER, Failure, Link, content_type, status_failure};
+use ::http::{Method, StatusCode, Uri, header};
 use futures_util::{Stream, StreamExt};
+use serde_json::Value;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// A 2026-07-28 backend reached over Streamable HTTP.
 #[derive(Debug)]
-pub(crate) struct Upstream {
+pub(crate) struct Endpoint {
     /// The exchange the legacy transports use: client, configured headers, limits, deadline.
     link: Link,
     url: Uri,
     authorization: Authorization,
-}
-
-/// What a backend answered to one POST.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    /// A JSON body (under any status: 2026-07-28 errors come with 4xx), as messages.
-    Json(Vec<Message>),
-    /// An event stream: notifications for the request, then its response.
-    Stream(Messages),
+    probe_timeout: Duration,
 }
 
 /// The messages of an event stream, read as they come; dropping it closes the stream (and its
 /// connection), which is how a 2026-07-28 backend hears that its client went away.
-pub(crate) struct Messages {
+pub(crate) struct Events {
     events: Pin<Box<dyn Stream<Item = Result<crate::sse::Event, DecodeError>> + Send>>,
     max_depth: usize,
     backend: String,
 }
 
-impl std::fmt::Debug for Messages {
+impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Messages")
+        f.debug_struct("Events")
             .field("backend", &self.backend)
             .finish_non_exhaustive()
     }
 }
 
-impl Messages {
+impl Events {
     /// The next message, `None` at the end of the stream; a broken stream is an error.
     pub async fn next(&mut self) -> Option<Result<Message, String>> {
         loop {
@@ -72,19 +64,19 @@ impl Messages {
     }
 }
 
-impl Upstream {
-    /// The relay's side of `backend`, on the pool's `client`; `timeout` bounds the response
-    /// head and a JSON body.
+impl Endpoint {
+    /// The relay's side of `backend`, on the pool's `client`; `request_timeout` bounds the
+    /// response head and a JSON body.
     pub fn new(
-        backend: &str,
+        backend: &Backend,
         cfg: &Http,
         client: http::Client,
         limits: &crate::config::Limits,
-    ) -> Upstream {
+    ) -> Endpoint {
         // The link's queue and stop signal belong to legacy sessions; the relay has neither.
         let (inbound, _) = tokio::sync::mpsc::channel(1);
         let link = Link {
-            backend: backend.to_owned(),
+            backend: backend.name.clone(),
             client,
             headers: cfg.headers.clone(),
             max_message: limits.max_line_bytes,
@@ -93,10 +85,11 @@ impl Upstream {
             inbound,
             stop: CancellationToken::new(),
         };
-        Upstream {
+        Endpoint {
             link,
             url: cfg.url.clone(),
             authorization: cfg.authorization.clone(),
+            probe_timeout: backend.probe_timeout,
         }
     }
 
@@ -104,22 +97,19 @@ impl Upstream {
         &self.link.backend
     }
 
-    /// How long an answer's head (or a whole JSON body) is waited for.
-    pub fn timeout(&self) -> Duration {
-        self.link.timeout
+    pub fn probe_timeout(&self) -> Duration {
+        self.probe_timeout
     }
 
-    /// POSTs `body` with `headers` (the 2026 ones) and the `Authorization` the backend's policy
+    /// POSTs the request with its 2026 headers and the `Authorization` the backend's policy
     /// gives it (the client's, for `pass`).
-    pub async fn send(
-        &self,
-        body: &[u8],
-        mut headers: Vec<(HeaderName, HeaderValue)>,
-        client_authorization: Option<&HeaderValue>,
-    ) -> Result<Answer, Failure> {
+    pub async fn send(&self, out: &Outgoing<'_>) -> Result<Answer, Failure> {
+        let params = Value::Object(out.params.clone());
+        let body = jsonrpc::request_text(out.id, out.method, Some(&params));
+        let mut headers = out.headers.clone();
         let credential = match &self.authorization {
             Authorization::Drop => None,
-            Authorization::Pass => client_authorization.cloned(),
+            Authorization::Pass => out.authorization.cloned(),
             Authorization::Replace(value) => Some(value.clone()),
         };
         if let Some(value) = credential {
@@ -128,18 +118,20 @@ impl Upstream {
         headers.push((header::ACCEPT, ACCEPT_ANSWER));
         let link = &self.link;
         let resp = link
-            .exchange(Method::POST, &self.url, &headers, Some(body))
+            .exchange(Method::POST, &self.url, &headers, Some(&body))
             .await?;
         let status = resp.status();
         match content_type(&resp).as_str() {
             "application/json" => Ok(Answer::Json(
                 Box::pin(link.read_json(resp.into_body())).await?,
             )),
-            "text/event-stream" if status == StatusCode::OK => Ok(Answer::Stream(Messages {
-                events: Box::pin(http::events(resp.into_body(), link.max_message)),
-                max_depth: link.max_depth,
-                backend: link.backend.clone(),
-            })),
+            "text/event-stream" if status == StatusCode::OK => {
+                Ok(Answer::Stream(Messages::Events(Events {
+                    events: Box::pin(http::events(resp.into_body(), link.max_message)),
+                    max_depth: link.max_depth,
+                    backend: link.backend.clone(),
+                })))
+            }
             _ if !status.is_success() => Err(Box::pin(status_failure(resp, link)).await),
             // The body is dropped unread, which closes its connection.
             other => Err(Failure::Other(format!(
