@@ -104,7 +104,9 @@ impl Cache {
         }
         // Boxed: every request's future holds this one's, and a probe runs once.
         let verdict = Box::pin(probe(upstream, authorization)).await;
-        upstream.probed(verdict.era);
+        if verdict.era == Era::Legacy {
+            upstream.found_legacy();
+        }
         let backend = &self.backend;
         tracing::info!(%backend, era = ?verdict.era, why = %verdict.why, "backend era probed");
         metrics.era_probe(backend, label(verdict.era));

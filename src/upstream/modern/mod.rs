@@ -11,7 +11,6 @@ mod stdio;
 pub(crate) use http::Endpoint;
 pub(crate) use stdio::Children;
 
-use super::era::Era;
 use super::http::Failure;
 use crate::jsonrpc::{Id, Message};
 use ::http::{HeaderName, HeaderValue};
@@ -116,10 +115,10 @@ impl Upstream {
         }
     }
 
-    /// Told what the probe concluded: a stdio child that was probed into legacy is ended, as
-    /// the legacy pool starts its own with `initialize`.
-    pub fn probed(&self, era: Era) {
-        if let (Upstream::Stdio(children), Era::Legacy) = (self, era) {
+    /// Told that the probe found the backend legacy: a stdio child that was spoken to in
+    /// 2026-07-28 is ended, as the legacy pool starts its own with `initialize`.
+    pub fn found_legacy(&self) {
+        if let Upstream::Stdio(children) = self {
             children.end_all();
         }
     }
