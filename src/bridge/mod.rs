@@ -11,6 +11,7 @@ mod call;
 mod errors;
 mod forward;
 pub mod park;
+mod plain;
 mod relay;
 mod replay;
 mod retry;
@@ -21,16 +22,16 @@ pub(crate) use errors::{backend_error, backend_failed, shutting_down, upstream_e
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
 use crate::metrics::Metrics;
+use crate::protocol;
 use crate::protocol::caps::Declared;
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::param;
-use crate::protocol::{self, MODERN};
 use crate::seal::{self, Digest, KeyRing};
 use crate::shard::Shards;
 use crate::upstream::era::{self, Era};
 use crate::upstream::{self, Pool, PoolKey};
 use futures_util::future::BoxFuture;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
@@ -298,74 +299,6 @@ impl Bridge {
         self.tasks.spawn(task.instrument(span));
     }
 
-    async fn plain(&self, backend: usize, req: Request) -> Result<jsonrpc::Payload, ErrorObject> {
-        if req.params.contains_key("inputResponses") || req.params.contains_key("requestState") {
-            return Err(ErrorObject::new(
-                INVALID_PARAMS,
-                format!(
-                    "`{}` cannot carry inputResponses or requestState",
-                    req.method
-                ),
-            ));
-        }
-        if req.method == "server/discover" {
-            let lease = self
-                .lease(backend, &req, false)
-                .await
-                .map_err(|e| upstream_error(&e))?;
-            return Ok(self.discover(lease.session().info()).into());
-        }
-        let (mut lease, mut call) = self.issue(backend, &req, false).await?;
-        let mut resent = false;
-        let sent = tokio::time::Instant::now();
-        let outcome = tokio::time::timeout(self.config.limits.request_timeout, async {
-            loop {
-                match call.events.recv().await {
-                    Some(upstream::CallEvent::Response(outcome)) => {
-                        self.metrics
-                            .upstream_duration(lease.session().backend(), sent.elapsed());
-                        return outcome.map_err(backend_error);
-                    }
-                    // The backend's session was gone before it saw the request: once, on a new one.
-                    Some(upstream::CallEvent::Unsent(_)) if !resent => {
-                        resent = true;
-                        (lease, call) = self.issue(backend, &req, false).await?;
-                    }
-                    Some(
-                        upstream::CallEvent::Closed(reason) | upstream::CallEvent::Unsent(reason),
-                    ) => {
-                        return Err(backend_failed(lease.session().backend(), "", &reason));
-                    }
-                    Some(_) => {}
-                    None => {
-                        return Err(backend_failed(
-                            lease.session().backend(),
-                            "",
-                            "its session ended",
-                        ));
-                    }
-                }
-            }
-        })
-        .await;
-        let outcome = match outcome {
-            Ok(o) => o,
-            Err(_) => {
-                lease.session().forget(call.id.clone());
-                // A backend that did not answer in time may be stuck: later calls get a new
-                // session, and this one closes once its other calls are done.
-                lease.retire();
-                return Err(upstream_error(&upstream::Error::Timeout(
-                    lease.session().backend().to_owned(),
-                )));
-            }
-        };
-        if req.method == "tools/list" {
-            self.tools.learn(backend, &req, &outcome);
-        }
-        self.finish(lease.session(), &req.method, false, outcome)
-    }
-
     /// Leases a session of `backend` for this request's principal and capability set.
     pub(crate) async fn lease(
         &self,
@@ -452,43 +385,6 @@ impl Bridge {
                 Err(e) => return Err(upstream_error(&e)),
             }
         }
-    }
-
-    /// `server/discover`, built from the backend's `initialize` result.
-    fn discover(&self, info: &upstream::session::InitInfo) -> Value {
-        let init = &info.result;
-        let mut caps = Map::new();
-        if let Some(legacy) = init.get("capabilities").and_then(Value::as_object) {
-            for (name, value) in legacy {
-                match name.as_str() {
-                    "tools" | "prompts" | "resources" | "completions" | "logging"
-                    | "experimental" => {
-                        let mut v = value.clone();
-                        // Change notifications need subscriptions/listen, which the gateway does not offer.
-                        if let Some(o) = v.as_object_mut() {
-                            o.remove("listChanged");
-                            o.remove("subscribe");
-                        }
-                        caps.insert(name.clone(), v);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let mut result = json!({
-            "resultType": "complete",
-            "supportedVersions": [MODERN],
-            "capabilities": caps,
-            "ttlMs": self.config.cache.ttl_ms,
-            "cacheScope": self.config.cache.scope,
-        });
-        if let Some(meta) = info.result_meta() {
-            result["_meta"] = meta;
-        }
-        if let Some(instructions) = init.get("instructions").filter(|i| i.is_string()) {
-            result["instructions"] = instructions.clone();
-        }
-        result
     }
 
     /// Shapes a backend's outcome as a 2026-07-28 one.

@@ -1,6 +1,7 @@
 //! The engine's error mapping and request digest, checked without a backend.
 
 use super::*;
+use serde_json::json;
 
 #[test]
 fn backend_error_codes_as_2026_07_28_allows_them() {
