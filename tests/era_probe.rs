@@ -80,7 +80,7 @@ async fn anything_but_2026_evidence_is_legacy() {
     for (name, answer) in cases.clone() {
         let url = canned(answer).await;
         backends += &format!(
-            "[[backend]]\nname = \"{name}\"\npath = \"/{name}\"\nkind = \"http\"\nurl = \"{url}\"\nstandalone_stream = false\n"
+            "[[backend]]\nname = \"{name}\"\npath = \"/{name}\"\nkind = \"http\"\nurl = \"{url}\"\nstandalone_stream = false\nprobe_timeout = \"1s\"\n"
         );
     }
     let text = format!(
@@ -113,6 +113,57 @@ async fn anything_but_2026_evidence_is_legacy() {
             )
         };
         assert_eq!((count("legacy"), count("modern")), (1.0, 0.0), "{name}");
+    }
+    gw.stop().await;
+}
+
+/// A 401 or 403 to the probe says the credential it carried was refused, nothing of the
+/// backend's era: the call is served as legacy, no verdict is kept, and the next call probes
+/// again (a client with a credential the backend takes may find it 2026-07-28).
+#[tokio::test]
+async fn a_refused_credential_settles_no_era() {
+    let mut backends = String::new();
+    for (name, status) in [
+        ("denied", "401 Unauthorized"),
+        ("forbidden", "403 Forbidden"),
+    ] {
+        let url = canned(http(status, "text/plain", "no")).await;
+        backends += &format!(
+            "[[backend]]\nname = \"{name}\"\npath = \"/{name}\"\nkind = \"http\"\nurl = \"{url}\"\nstandalone_stream = false\n"
+        );
+    }
+    let text = format!(
+        "{ADMIN_ON}[server]\nlisten = \"127.0.0.1:0\"\n[limits]\nrequest_timeout = \"1s\"\nqueue_wait = \"1s\"\n{backends}"
+    );
+    let gw = Gateway::from_config(&text, scratch("era-denied").join("log")).await;
+    let authority = gw
+        .url
+        .parse::<http::Uri>()
+        .unwrap()
+        .authority()
+        .unwrap()
+        .to_string();
+    for name in ["denied", "forbidden"] {
+        let client = Client::new(&format!("http://{authority}/{name}"));
+        let none = json!({});
+        for _ in 0..2 {
+            let call = client.call_tool("echo", json!({}), &none);
+            let r = tokio::time::timeout(Duration::from_secs(30), call)
+                .await
+                .expect("an answer in time");
+            assert_eq!(r.error_code(), -31001, "{name}: {:#}", r.body);
+        }
+    }
+    let m = gw.scrape().await;
+    for name in ["denied", "forbidden"] {
+        let probes = m.get(
+            "mrtr_backend_era_probes_total",
+            &[("backend", name), ("era", "legacy")],
+        );
+        assert_eq!(probes, 2.0, "{name}: probed again at the second call");
+        // No verdict was kept, so none had to be forgotten when `initialize` failed too.
+        let reprobes = m.get("mrtr_backend_era_reprobes_total", &[("backend", name)]);
+        assert_eq!(reprobes, 0.0, "{name}");
     }
     gw.stop().await;
 }

@@ -195,6 +195,12 @@ async fn probe(upstream: &Upstream, authorization: Option<&HeaderValue>) -> Verd
                 "not reachable ({e}); probed again at the next call"
             ))
         },
+        Ok(Err(super::http::Failure::Denied(e))) => Verdict {
+            lasting: false,
+            ..legacy(&format!(
+                "refused the credential the probe carried ({e}); probed again at the next call"
+            ))
+        },
         Ok(Err(f)) => legacy(&f.describe()),
         Ok(Ok(response)) => classify(response.as_ref()),
     }

@@ -6,7 +6,7 @@
 use crate::jsonrpc::{self, Message};
 use crate::upstream::h1::{self, Body, Client};
 use crate::upstream::session::{Inbound, Start};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 use std::sync::Arc;
@@ -55,6 +55,9 @@ pub(crate) enum Failure {
     Timeout,
     /// The backend forgot the session (404 on a known session id).
     Gone,
+    /// The backend refused the request's credential (401 or 403): it says nothing of what
+    /// else the backend would answer.
+    Denied(String),
     /// Anything else, said as the call should hear it.
     Other(String),
 }
@@ -67,7 +70,7 @@ impl Failure {
             Failure::Connect(e) => format!("not reachable: {e}"),
             Failure::Timeout => "did not answer in time".to_owned(),
             Failure::Gone => "forgot the session (HTTP 404)".to_owned(),
-            Failure::Other(e) => e.clone(),
+            Failure::Denied(e) | Failure::Other(e) => e.clone(),
         }
     }
 }
@@ -186,7 +189,11 @@ pub(crate) async fn status_failure(resp: http::Response<Body>, link: &Link) -> F
         _ => bytes::Bytes::new(),
     };
     tracing::warn!(backend = %link.backend, %status, body = %snippet(&body), "backend answered with an unexpected status");
-    Failure::Other(format!("HTTP {status}"))
+    let said = format!("HTTP {status}");
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::Denied(said),
+        _ => Failure::Other(said),
+    }
 }
 
 /// A message's JSON text, as a body for the backend.
