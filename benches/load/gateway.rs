@@ -1,6 +1,7 @@
 //! The processes under test: the gateway binary started as a child with a generated config, the
 //! fixture legacy server it fronts (a child of the gateway for stdio, a child of this harness for
-//! HTTP), and what `/proc` says about their memory.
+//! HTTP), the fixture as a 2026-07-28 server it relays to (HTTP only), and what `/proc` says
+//! about their memory and CPU.
 
 use crate::rss::rss_kib;
 use anyhow::{Context, bail};
@@ -28,7 +29,14 @@ pub struct Settings {
     pub standalone_stream: bool,
     /// `server.worker_threads`; `None` leaves the gateway's default (one per CPU).
     pub worker_threads: Option<usize>,
+    /// A 2026-07-28 fixture's URL: served as a second backend at [`MODERN_PATH`] with
+    /// `protocol = "2026-07-28"`, so the gateway relays to it.
+    pub modern_url: Option<String>,
 }
+
+/// The fixture backend's endpoint path on the gateway, and the 2026-07-28 backend's beside it.
+pub const LEGACY_PATH: &str = "/mcp";
+pub const MODERN_PATH: &str = "/modern";
 
 /// A child process that is killed if the harness lets go of it.
 #[derive(Debug)]
@@ -95,18 +103,26 @@ impl HttpFixture {
     /// Starts `legacy-server --http 127.0.0.1:0` (with `--event-ids` if `numbered`) and reads
     /// the URL it announces (the first stdout line holding `http://`).
     pub async fn start(exe: &Path, dir: &Path, numbered: bool) -> anyhow::Result<HttpFixture> {
-        let mut cmd = Command::new(exe);
         // Each parked call holds a session and two connections (its POST stream, the GET stream).
-        cmd.args(["legacy-server", "--http", "127.0.0.1:0"]).args([
-            "--max-sessions",
-            "25000",
-            "--max-connections",
-            "50000",
-        ]);
+        let mut args = vec!["--max-sessions", "25000"];
         if numbered {
-            cmd.arg("--event-ids");
+            args.push("--event-ids");
         }
-        let mut proc = Proc::spawn(cmd, &dir.join("fixture.stderr"))?;
+        HttpFixture::spawn(exe, &dir.join("fixture.stderr"), &args).await
+    }
+
+    /// Starts the fixture as a 2026-07-28 server (`legacy-server --http 127.0.0.1:0 --modern`):
+    /// stateless, what the gateway relays to.
+    pub async fn start_modern(exe: &Path, dir: &Path) -> anyhow::Result<HttpFixture> {
+        HttpFixture::spawn(exe, &dir.join("modern-fixture.stderr"), &["--modern"]).await
+    }
+
+    async fn spawn(exe: &Path, stderr: &Path, args: &[&str]) -> anyhow::Result<HttpFixture> {
+        let mut cmd = Command::new(exe);
+        cmd.args(["legacy-server", "--http", "127.0.0.1:0"])
+            .args(["--max-connections", "50000"])
+            .args(args);
+        let mut proc = Proc::spawn(cmd, stderr)?;
         let out = proc.child.stdout.take().context("stdout taken")?;
         let mut lines = BufReader::new(out).lines();
         let url = tokio::time::timeout(Duration::from_secs(30), async {
@@ -155,6 +171,17 @@ impl Gateway {
                 s.standalone_stream,
             ),
         };
+        let modern_backend = match &s.modern_url {
+            // Several backends: each sets its own path.
+            Some(url) => format!(
+                "path = {LEGACY_PATH:?}\n\n[[backend]]\nname = \"modern\"\npath = {MODERN_PATH:?}\n\
+                 kind = \"http\"\nurl = {url:?}\nprotocol = \"2026-07-28\"\n\
+                 pool_max = {pool_max}\nreserved_sessions = 1\nprincipal_sessions = {}\n",
+                s.pool_max - 1,
+                pool_max = s.pool_max,
+            ),
+            None => String::new(),
+        };
         let (name, workers) = match s.worker_threads {
             Some(n) => (format!("gateway-{n}w"), format!("worker_threads = {n}\n")),
             None => ("gateway".to_owned(), String::new()),
@@ -191,7 +218,7 @@ name = "fixture"
 reserved_sessions = 1
 principal_sessions = {principal_sessions}
 idle_timeout = "10m"
-"#,
+{modern_backend}"#,
             max_parked = s.max_parked,
             pool_max = s.pool_max,
             principal_sessions = s.pool_max - 1,

@@ -10,6 +10,8 @@
 //!   own system calls (`split.rs`);
 //! - for an HTTP backend, (a) and (b) of the direct client again through a byte relay
 //!   (`relay.rs`): what one more process on the path costs before any work;
+//! - for an HTTP backend, (a) and (b) again on the relay path (`modern_path.rs`): the gateway
+//!   relaying to the fixture as a 2026-07-28 server, against a 2026-07-28 client to it directly;
 //! - (c) gateway memory (VmRSS of the gateway process only) per parked call;
 //! - (d) the most parked calls held: park up to `max_parked_total`, then show further calls are
 //!   refused and memory stays where it was.
@@ -20,6 +22,7 @@
 mod gateway;
 mod legacy;
 mod modern;
+mod modern_path;
 mod relay;
 mod report;
 #[path = "../shared/rss.rs"]
@@ -33,6 +36,7 @@ use gateway::{BackendKind, Gateway, HttpFixture, Sched, Settings};
 use hdrhistogram::Histogram;
 use legacy::Legacy;
 use modern::Conn;
+use modern_path::ModernPath;
 use relay::Relay;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -233,6 +237,10 @@ pub struct Results {
     /// (`--also-workers`), measured in the same alternation.
     #[serde(default)]
     pub threads: Option<Threads>,
+    /// (a) and (b) on the relay path, to a 2026-07-28 backend (HTTP backend only; absent in
+    /// results from before it was measured).
+    #[serde(default)]
+    pub modern: Option<ModernPath>,
 }
 
 /// The gateway's figures with `server.worker_threads` set (`--also-workers`).
@@ -271,13 +279,23 @@ enum Turn {
     Relay,
     Gateway,
     Threaded,
+    /// A 2026-07-28 client to the 2026-07-28 fixture, and the same through the gateway's relay.
+    ModernDirect,
+    ModernGateway,
 }
 
 /// The order of the sides' turns in slice `k`, reversed every other slice: a load on the machine
 /// that rises or falls during the run then weighs on each side alike, where a fixed order would
 /// give it to whichever side comes later in every slice.
-fn turns(k: usize) -> [Turn; 4] {
-    let mut order = [Turn::Direct, Turn::Relay, Turn::Gateway, Turn::Threaded];
+fn turns(k: usize) -> [Turn; 6] {
+    let mut order = [
+        Turn::Direct,
+        Turn::Relay,
+        Turn::Gateway,
+        Turn::Threaded,
+        Turn::ModernDirect,
+        Turn::ModernGateway,
+    ];
     if k % 2 == 1 {
         order.reverse();
     }
@@ -477,6 +495,8 @@ async fn metered<T>(
     (out, g1.minus(&g0), b1.minus(&b0))
 }
 
+/// A 2026-07-28 client's `echo` on one connection: to the gateway, or on the relay path also
+/// to the 2026-07-28 fixture directly.
 struct GatewayEcho {
     conn: Conn,
     body: Bytes,
@@ -520,7 +540,8 @@ fn accept() -> Value {
     json!({"action": "accept", "content": {"name": "Ada"}})
 }
 
-/// (b) through the gateway: first call parks, the timed part is the retry.
+/// (b) against a 2026-07-28 endpoint: the gateway (where the first call parks, or on the relay
+/// path is relayed), or the 2026-07-28 fixture directly. The timed part is the retry.
 async fn gateway_rounds(url: &str, rounds: usize) -> anyhow::Result<Histogram<u64>> {
     let mut conn = Conn::open(url).await?;
     let mut hist = histogram();
@@ -639,6 +660,11 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         BackendKind::Http => Some(HttpFixture::start(exe, &dir, args.event_ids).await?),
     };
     let fixture_url = fixture.as_ref().map(|f| f.url.as_str());
+    // HTTP backend: the fixture again as a 2026-07-28 server, the gateway's second backend.
+    let modern = match args.backend {
+        BackendKind::Stdio => None,
+        BackendKind::Http => Some(HttpFixture::start_modern(exe, &dir).await?),
+    };
     let warmup = Duration::from_secs_f64(args.warmup);
     let measure = Duration::from_secs_f64(args.duration);
 
@@ -657,6 +683,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         max_parked,
         standalone_stream: !args.no_standalone_stream,
         worker_threads: None,
+        modern_url: modern.as_ref().map(|m| m.url.clone()),
     };
     let gw = Gateway::start(exe, &dir, args.backend, fixture_url, &settings).await?;
     eprintln!("gateway at {} (pid {})", gw.url, gw.proc.pid);
@@ -667,6 +694,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
             let s = Settings {
                 pool_max: args.connections + 8,
                 worker_threads: Some(n),
+                modern_url: None,
                 ..settings.clone()
             };
             let g = Gateway::start(exe, &dir, args.backend, fixture_url, &s).await?;
@@ -699,6 +727,14 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     };
     let gw_backend = || backend_of(gw.proc.pid);
     let slices = args.slices.max(1);
+    // The relay path: its endpoints (the fixture's, the gateway's) and its process.
+    let modern_urls = match &modern {
+        Some(m) => Some((m.url.clone(), modern_path::endpoint(&gw.url)?)),
+        None => None,
+    };
+    let modern_pid: Vec<u32> = modern.iter().map(|m| m.proc.pid).collect();
+    let modern_backend = || modern_pid.clone();
+    let mut on_modern = modern_path::Sides::new();
 
     // (b): rounds in alternating chunks.
     eprintln!("(b) {} rounds each way, in {slices} slices", args.rounds);
@@ -734,6 +770,20 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
                         resume_threaded
                             .rounds(&threaded_pid, backend, n, rounds)
                             .await?;
+                    }
+                }
+                Turn::ModernDirect => {
+                    if let Some((direct, _)) = &modern_urls {
+                        let rounds = gateway_rounds(direct, n);
+                        let side = &mut on_modern.resume_direct;
+                        side.rounds(&[], modern_backend, n, rounds).await?;
+                    }
+                }
+                Turn::ModernGateway => {
+                    if let Some((_, through)) = &modern_urls {
+                        let rounds = gateway_rounds(through, n);
+                        let side = &mut on_modern.resume_gateway;
+                        side.rounds(&gw_pid, modern_backend, n, rounds).await?;
                     }
                 }
             }
@@ -794,6 +844,13 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         Some((_, t)) => Some(echo_callers(&t.url, args.connections).await?),
         None => None,
     };
+    let (mut modern_direct_callers, mut modern_gw_callers) = match &modern_urls {
+        Some((direct, through)) => (
+            Some(echo_callers(direct, args.connections).await?),
+            Some(echo_callers(through, args.connections).await?),
+        ),
+        None => (None, None),
+    };
     let slice_time = measure / slices as u32;
     let (mut direct, mut through) = (Side::new(), Side::new());
     let (mut via_relay, mut via_threaded) = (Side::new(), Side::new());
@@ -829,6 +886,22 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
                         threaded_callers = Some(callers);
                     }
                 }
+                Turn::ModernDirect => {
+                    if let Some(callers) = modern_direct_callers.take() {
+                        let side = &mut on_modern.direct;
+                        let callers = side.load_slice(callers, &[], modern_backend, pace).await;
+                        modern_direct_callers = Some(callers);
+                    }
+                }
+                Turn::ModernGateway => {
+                    if let Some(callers) = modern_gw_callers.take() {
+                        let side = &mut on_modern.gateway;
+                        let callers = side
+                            .load_slice(callers, &gw_pid, modern_backend, pace)
+                            .await;
+                        modern_gw_callers = Some(callers);
+                    }
+                }
             }
         }
     }
@@ -839,6 +912,21 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     drop(gw_callers);
     drop(relay_callers);
     drop(threaded_callers);
+    drop(modern_direct_callers);
+    drop(modern_gw_callers);
+    let modern_figures = modern.map(|m| (on_modern.figures(), m));
+    if let Some((figures, _)) = &modern_figures {
+        progress("(a) 2026-07-28 backend directly", &figures.direct.latency);
+        progress(
+            "(a) 2026-07-28 backend via the relay",
+            &figures.gateway.latency,
+        );
+        progress("(b) 2026-07-28 backend directly", &figures.resume_direct);
+        progress(
+            "(b) 2026-07-28 backend via the relay",
+            &figures.resume_gateway,
+        );
+    }
     let threads = match threaded {
         Some((worker_threads, t)) => {
             let figures = Threads {
@@ -874,6 +962,13 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
     if let Some(relay) = relay {
         relay.proc.stop(Duration::from_secs(5)).await;
     }
+    let modern = match modern_figures {
+        Some((figures, fixture)) => {
+            fixture.proc.stop(Duration::from_secs(5)).await;
+            Some(figures)
+        }
+        None => None,
+    };
 
     // (c) and (d): memory per parked call, then the limit.
     settle().await;
@@ -905,6 +1000,10 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         BackendKind::Stdio => (0, Vec::new()),
         BackendKind::Http => {
             let fixture = HttpFixture::start(exe, &dir, true).await?;
+            let settings = Settings {
+                modern_url: None,
+                ..settings
+            };
             let gw = Gateway::start(exe, &dir, args.backend, Some(&fixture.url), &settings).await?;
             eprintln!(
                 "(c) with event ids: gateway at {} (pid {})",
@@ -950,6 +1049,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         resume_split,
         resume_split_missing,
         threads,
+        modern,
     })
 }
 

@@ -189,6 +189,7 @@ fn targets(s: &mut String, r: &Results) {
         r.rate,
         met(sustained)
     );
+    relay_pass_through(s, r);
     match &r.resume_split {
         Some(split) => {
             let _ = writeln!(
@@ -209,6 +210,7 @@ fn targets(s: &mut String, r: &Results) {
             );
         }
     }
+    relay_round(s, r);
     for m in &r.memory {
         let (target, ok) = if stdio {
             ("≤ 16 KiB (set for HTTP backends)", "see FINDINGS.md")
@@ -254,6 +256,50 @@ fn targets(s: &mut String, r: &Results) {
     );
 }
 
+/// (a) on the relay path, beside the legacy path's rows: the latency the gateway adds relaying to
+/// a 2026-07-28 backend, and its CPU per call against the legacy path's.
+fn relay_pass_through(s: &mut String, r: &Results) {
+    let Some(m) = &r.modern else {
+        return;
+    };
+    let add_p50 = m.gateway.latency.p50_us - m.direct.latency.p50_us;
+    let add_p99 = m.gateway.latency.p99_us - m.direct.latency.p99_us;
+    let _ = writeln!(
+        s,
+        "| (a) relay: the same call to a 2026-07-28 backend, latency added by the gateway, p50 | {} | ≤ 150 µs | {} |",
+        us(add_p50),
+        met(add_p50 <= ADDED_P50_US)
+    );
+    let _ = writeln!(
+        s,
+        "| (a) relay: the same, p99 | {} | ≤ 1 ms | {} |",
+        us(add_p99),
+        met(add_p99 <= ADDED_P99_US)
+    );
+    let _ = writeln!(
+        s,
+        "| (a) gateway CPU per pass-through call (on a CPU): relayed to the 2026-07-28 backend / bridged to the legacy one | {} / {}; {:.0} req/s, {} errors relayed | none set | — |",
+        us(m.gateway_cpu.gateway_run_us),
+        us(r.gateway_cpu.gateway_run_us),
+        m.gateway.throughput_rps,
+        m.gateway.errors
+    );
+}
+
+/// (b) on the relay path: one relayed MRTR round, added beyond the backend's own time.
+fn relay_round(s: &mut String, r: &Results) {
+    let Some(m) = &r.modern else {
+        return;
+    };
+    let added = m.resume_gateway.p50_us - m.resume_direct.p50_us;
+    let _ = writeln!(
+        s,
+        "| (b) relay: one relayed MRTR round (retry sent → reply received, less the same retry sent to the 2026-07-28 backend directly), p50 | {} | ≤ 200 µs | {} |",
+        us(added),
+        met(added <= ROUND_P50_US)
+    );
+}
+
 /// (a) in detail: each side's own percentiles, the slices, and the sides measured beside it.
 fn pass_through_detail(s: &mut String, r: &Results) {
     let _ = writeln!(s, "\n## Detail\n\n| (a) pass-through | value |\n|---|---|");
@@ -287,6 +333,17 @@ fn pass_through_detail(s: &mut String, r: &Results) {
             us(relay.load.latency.p99_us),
             us(relay.load.latency.p50_us - r.direct.latency.p50_us),
             us(relay.load.latency.p99_us - r.direct.latency.p99_us)
+        );
+    }
+    if let Some(m) = &r.modern {
+        let _ = writeln!(
+            s,
+            "| relay path: through the gateway p50 / p99; a 2026-07-28 client to the 2026-07-28 backend directly p50 / p99; added p50 slice by slice | {} / {}; {} / {}; {} |",
+            us(m.gateway.latency.p50_us),
+            us(m.gateway.latency.p99_us),
+            us(m.direct.latency.p50_us),
+            us(m.direct.latency.p99_us),
+            slice_by_slice(&m.gateway, &m.direct).unwrap_or_else(|| "not recorded".into())
         );
     }
     if let Some(t) = &r.threads {
@@ -382,6 +439,17 @@ fn cpu_detail(s: &mut String, r: &Results) {
             t.worker_threads,
             pair(t.cpu.gateway_run_us, t.cpu.gateway_wait_us),
             pair(t.resume_cpu.gateway_run_us, t.resume_cpu.gateway_wait_us)
+        );
+    }
+    if let Some(m) = &r.modern {
+        let _ = writeln!(
+            s,
+            "| the gateway, relaying to the 2026-07-28 backend (call + retry in (b)) | {} | {} |",
+            pair(m.gateway_cpu.gateway_run_us, m.gateway_cpu.gateway_wait_us),
+            pair(
+                m.resume_gateway_cpu.gateway_run_us,
+                m.resume_gateway_cpu.gateway_wait_us
+            )
         );
     }
     if let Some(relay) = &r.relay {
@@ -545,7 +613,7 @@ gateway, answer written → result read directly; then {} more while `perf` trac
 - (c) The gateway's `VmRSS` before and after parking `ask_form` calls up to each count, per call \
 = the difference / parked; with the HTTP backend again on a second gateway in front of a fixture \
 started with `--event-ids`, whose streams parked calls let go.\n\
-- (d) With `max_parked_total` at the last count, {} more calls must be refused with -31000.\n\n\
+- (d) With `max_parked_total` at the last count, {} more calls must be refused with -31000.\n{}\n\
 The whole method, step by step: [benches/FINDINGS.md](benches/FINDINGS.md#how-the-harness-measures).",
         r.slices,
         r.rate,
@@ -555,5 +623,18 @@ The whole method, step by step: [benches/FINDINGS.md](benches/FINDINGS.md#how-th
         r.rounds,
         r.rounds,
         r.limit.attempted_beyond,
+        relay_method(r),
     );
+}
+
+/// The relay rows' method, when they were measured.
+fn relay_method(r: &Results) -> &'static str {
+    if r.modern.is_none() {
+        return "";
+    }
+    "- Relay rows: the fixture again as a stateless 2026-07-28 server (`legacy-server --http \
+ADDR --modern`), the gateway's second backend with `protocol = \"2026-07-28\"`; a 2026-07-28 \
+client (the same one on both sides) calls it directly and through the gateway in two more turns \
+of the same alternation, at the same rate and payload; (b) times the retry of its `ask_form` \
+round, whose state the gateway seals and unwraps instead of parking the call.\n"
 }
