@@ -16,7 +16,9 @@ use crate::seal::Relayed;
 use crate::upstream::modern::{Answer, Children, Endpoint, Messages, Outgoing, Upstream};
 use crate::upstream::{self, Pool, era::Era};
 use http::{HeaderName, HeaderValue};
+use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
@@ -137,7 +139,7 @@ async fn exchange(
     req: &Request,
     child: Option<u32>,
     reply: &mpsc::Sender<Reply>,
-) -> Result<(Value, Option<u32>), ErrorObject> {
+) -> Result<(jsonrpc::Raw, Option<u32>), ErrorObject> {
     let upstream: &Upstream = bridge.upstreams[backend]
         .as_ref()
         .expect("a backend relayed to is a Streamable HTTP or stdio one");
@@ -172,10 +174,7 @@ async fn exchange(
     };
     bridge.metrics.upstream_duration(name, sent.elapsed());
     match response {
-        Ok(raw) => raw
-            .to_value()
-            .map(|result| (result, answered_by))
-            .map_err(|_| backend_failed(name, "", "its result is not JSON")),
+        Ok(raw) => Ok((raw, answered_by)),
         Err(e) => {
             if e.code == jsonrpc::UNSUPPORTED_PROTOCOL_VERSION {
                 // A backend that stopped speaking 2026-07-28: the next call probes it again.
@@ -304,36 +303,35 @@ fn headers(req: &Request) -> Vec<(HeaderName, HeaderValue)> {
     h
 }
 
+/// The members of a result the relay decides on, read without building the rest of it.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "resultType", borrow, default)]
+    result_type: Option<Cow<'a, str>>,
+}
+
 /// The backend's result as the client gets it: a valid 2026-07-28 result, its requestState
-/// sealed, the serverInfo rule applied, within the reply limit.
+/// sealed, the serverInfo rule applied, within the reply limit. A complete result the gateway
+/// has nothing to change in passes as the backend wrote it, never built into a tree.
 fn shape(
     bridge: &Bridge,
     backend: usize,
     req: &Request,
-    mut result: Value,
+    raw: jsonrpc::Raw,
     child: Option<u32>,
 ) -> Result<Payload, ErrorObject> {
     let config = &bridge.config.backends[backend];
     let name = &config.name;
-    let Some(fields) = result.as_object_mut() else {
-        return Err(invalid_result(name, "a result that is not an object"));
-    };
-    match fields.get("resultType").and_then(Value::as_str) {
-        Some("complete") => {}
-        Some("input_required") => seal_state(bridge, backend, req, fields, child)?,
+    let head: Head = serde_json::from_str(raw.get())
+        .map_err(|_| invalid_result(name, "a result that is not an object"))?;
+    let text = match head.result_type.as_deref() {
+        Some("complete") if config.server_info && req.method != "server/discover" => {
+            raw.get().to_owned()
+        }
+        Some("complete" | "input_required") => reshape(bridge, backend, req, &raw, child)?,
         Some(_) => return Err(invalid_result(name, "a result of an unknown resultType")),
         None => return Err(invalid_result(name, "a result without resultType")),
-    }
-    if !config.server_info
-        && let Some(Value::Object(m)) = fields.get_mut("_meta")
-    {
-        m.remove(meta::SERVER_INFO);
-    }
-    if req.method == "server/discover" {
-        // The client speaks 2026-07-28 to the gateway, whatever else the backend speaks.
-        fields.insert("supportedVersions".into(), Value::from(vec![MODERN]));
-    }
-    let text = result.to_string();
+    };
     let (bytes, limit) = (text.len(), bridge.config.limits.max_reply_bytes);
     if bytes > limit {
         tracing::warn!(backend = %name, method = %req.method, bytes, limit, "a result over limits.max_reply_bytes");
@@ -345,7 +343,41 @@ fn shape(
             ),
         ));
     }
-    Ok(Payload::Value(result))
+    Ok(Payload::Text(text))
+}
+
+/// A result the gateway changes: an input_required one's requestState sealed, the backend's
+/// serverInfo taken out when `server_info = false`, `server/discover`'s versions set.
+fn reshape(
+    bridge: &Bridge,
+    backend: usize,
+    req: &Request,
+    raw: &jsonrpc::Raw,
+    child: Option<u32>,
+) -> Result<String, ErrorObject> {
+    let config = &bridge.config.backends[backend];
+    let mut result = raw
+        .to_value()
+        .map_err(|_| invalid_result(&config.name, "a result that is not JSON"))?;
+    let Some(fields) = result.as_object_mut() else {
+        return Err(invalid_result(
+            &config.name,
+            "a result that is not an object",
+        ));
+    };
+    if fields.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        seal_state(bridge, backend, req, fields, child)?;
+    }
+    if !config.server_info
+        && let Some(Value::Object(m)) = fields.get_mut("_meta")
+    {
+        m.remove(meta::SERVER_INFO);
+    }
+    if req.method == "server/discover" {
+        // The client speaks 2026-07-28 to the gateway, whatever else the backend speaks.
+        fields.insert("supportedVersions".into(), Value::from(vec![MODERN]));
+    }
+    Ok(result.to_string())
 }
 
 /// An `InputRequiredResult`: its `inputRequests` pass as the backend wrote them; its
