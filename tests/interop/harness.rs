@@ -360,3 +360,38 @@ pub fn driver_failures(driver: Proc, tag: &str) -> Vec<String> {
         .map(|f| f["check"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
+
+/// A loopback port free a moment ago (another process may take it before it is used).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// `/metrics` of the gateway's admin listener on `port`, with a bounded wait.
+pub fn scrape(port: u16) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("admin listener");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let req =
+        format!("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text
+}
+
+/// The value of the metrics sample `series` (name and labels, as exposed) in `metrics`; 0
+/// when it is absent.
+pub fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
