@@ -89,6 +89,15 @@ impl Proc {
     /// Waits for the `... listening on URL` line on the child's (piped) stdout and returns the
     /// URL. The rest of stdout is drained in the background so the child never blocks on it.
     pub fn announced_url(&mut self) -> String {
+        match self.announced_url_or_exit() {
+            Ok(url) => url,
+            Err(status) => panic!("{} exited ({status}) before listening", self.name),
+        }
+    }
+
+    /// `announced_url`, but a child that exits before it listens (a port taken, say) is its
+    /// exit status rather than a panic, for a caller that can try again.
+    pub fn announced_url_or_exit(&mut self) -> Result<String, ExitStatus> {
         let stdout = self
             .child
             .stdout
@@ -108,11 +117,27 @@ impl Proc {
             let _ = std::io::copy(&mut lines, &mut std::io::sink());
         });
         match rx.recv_timeout(ANNOUNCE) {
-            Ok(url) => url,
-            Err(_) => match self.child.try_wait() {
-                Ok(Some(status)) => panic!("{} exited ({status}) before listening", self.name),
-                _ => panic!("{} did not announce its URL in {ANNOUNCE:?}", self.name),
+            Ok(url) => Ok(url),
+            // Either stdout closed, so the child is exiting, or the wait ran out: a short wait
+            // for an exit status tells which.
+            Err(_) => match self.exit_status(Duration::from_secs(5)) {
+                Some(status) => Err(status),
+                None => panic!("{} did not announce its URL in {ANNOUNCE:?}", self.name),
             },
+        }
+    }
+
+    /// The child's exit status if it exits within `within`.
+    fn exit_status(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -43,7 +43,7 @@ name) answer InputRequiredResult the same way on `prompts/get` and `resources/re
 Usage:
     modern_server.py stdio [--state-key SECRET] [--cancel-log FILE]
     modern_server.py http [--host 127.0.0.1] [--port 0] [--path /mcp] [--state-key SECRET]
-                     [--cancel-log FILE]
+                     [--cancel-log FILE] [--stateful]
 
 The SDK seals states under a key each process makes at start, so by default a retry that reaches
 another process (another stdio child, another replica) is refused; processes given the same
@@ -53,6 +53,10 @@ another process (another stdio child, another replica) is refused; processes giv
 arrive: `started KEY ID` when `slow` starts as the request ID, `notified ID` when a
 `notifications/cancelled` for the request ID arrives (only over stdio can one), and
 `cancelled KEY` when `slow` stops early. Several processes may share the file.
+
+`--stateful` serves legacy clients with sessions, as the SDK does by default: a request naming a
+session this process did not start is answered 404. 2026-07-28 requests are served without one
+either way.
 
 Over HTTP it serves stateless Streamable HTTP on a socket bound here (port 0: any free port)
 and, once uvicorn serves, prints one line on stdout, `listening on URL`.
@@ -340,10 +344,10 @@ def build_server(state_key: str | None) -> MCPServer:
     return mcp
 
 
-async def serve_http(mcp: MCPServer, host: str, port: int, path: str) -> None:
-    """Serve the stateless Streamable HTTP app on a socket bound here, so port 0 works and the
-    real port can be announced once requests are served."""
-    app = mcp.streamable_http_app(streamable_http_path=path, stateless_http=True, host=host)
+async def serve_http(mcp: MCPServer, host: str, port: int, path: str, stateful: bool) -> None:
+    """Serve the Streamable HTTP app (stateless unless `stateful`) on a socket bound here, so
+    port 0 works and the real port can be announced once requests are served."""
+    app = mcp.streamable_http_app(streamable_http_path=path, stateless_http=not stateful, host=host)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -374,6 +378,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--port", type=int, default=0, help="0: any free port (announced on stdout)")
     parser.add_argument("--path", default="/mcp", help="Streamable HTTP endpoint path")
     parser.add_argument("--state-key", help="seal states under this secret (shared by processes given it)")
+    parser.add_argument("--stateful", action="store_true", help="legacy clients get sessions (the SDK's default)")
     parser.add_argument("--cancel-log", help="append what shows a cancellation arriving to this file")
     args = parser.parse_args(argv)
 
@@ -384,7 +389,7 @@ def main(argv: list[str]) -> None:
     if args.transport == "stdio":
         mcp.run("stdio")
     else:
-        anyio.run(serve_http, mcp, args.host, args.port, args.path)
+        anyio.run(serve_http, mcp, args.host, args.port, args.path, args.stateful)
 
 
 if __name__ == "__main__":
