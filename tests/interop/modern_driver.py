@@ -14,13 +14,14 @@ each result is exactly what its callbacks answered. It also checks:
 - that a `subscriptions/listen` stream receives the events a call makes the server send;
 - what reached the server with a call (`seen`): the `_meta` this client sent (protocol version,
   capabilities, client info, a `traceparent`) and, over HTTP, the 2026 headers
-  (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-Region`). With
+  (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-Region`), unless
+  `--server-over-stdio` says the server behind URL is a gateway's stdio child. With
   `--expect-authorization`, the server must have received exactly that `Authorization` value
   ('<none>': no header).
 
 Usage:
     modern_driver.py URL [--tag alice] [--bearer TOKEN] [--timeout 90]
-                         [--expect-authorization VALUE]
+                         [--expect-authorization VALUE] [--server-over-stdio]
     modern_driver.py [--tag alice] [--timeout 90] --stdio COMMAND [ARG...]
 
 Prints one JSON line (the summary) on stdout. Exit status 0 only if every check passed; on a
@@ -333,7 +334,9 @@ async def run(args: argparse.Namespace) -> Report:
         "client_info": client_info(args.tag),
         **make_callbacks(answers, report),
     }
-    seen = {"over_http": not args.stdio, "authorization": args.expect_authorization}
+    # The server sees the 2026 headers only when it is reached over HTTP all the way.
+    over_http = not args.stdio and not args.server_over_stdio
+    seen = {"over_http": over_http, "authorization": args.expect_authorization}
     try:
         with anyio.fail_after(args.timeout):
             if args.stdio:
@@ -365,6 +368,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--expect-authorization",
         help="the Authorization value the server must report from `seen` ('<none>': no header)",
+    )
+    parser.add_argument(
+        "--server-over-stdio",
+        action="store_true",
+        help="the server behind URL is reached over stdio (a gateway's child): it sees no headers",
     )
     args = parser.parse_args(argv)
     if bool(args.stdio) == bool(args.url):
