@@ -123,11 +123,14 @@ async fn anything_but_2026_evidence_is_legacy() {
 #[tokio::test]
 async fn a_refused_credential_settles_no_era() {
     let mut backends = String::new();
-    for (name, status) in [
-        ("denied", "401 Unauthorized"),
-        ("forbidden", "403 Forbidden"),
-    ] {
-        let url = canned(http(status, "text/plain", "no")).await;
+    let oauth = r#"{"error":"invalid_token"}"#;
+    let refusals = [
+        ("denied", "401 Unauthorized", "text/plain", "no"),
+        ("forbidden", "403 Forbidden", "text/plain", "no"),
+        ("oauth", "401 Unauthorized", "application/json", oauth),
+    ];
+    for (name, status, content_type, body) in refusals {
+        let url = canned(http(status, content_type, body)).await;
         backends += &format!(
             "[[backend]]\nname = \"{name}\"\npath = \"/{name}\"\nkind = \"http\"\nurl = \"{url}\"\nstandalone_stream = false\n"
         );
@@ -143,7 +146,7 @@ async fn a_refused_credential_settles_no_era() {
         .authority()
         .unwrap()
         .to_string();
-    for name in ["denied", "forbidden"] {
+    for (name, ..) in refusals {
         let client = Client::new(&format!("http://{authority}/{name}"));
         let none = json!({});
         for _ in 0..2 {
@@ -155,7 +158,7 @@ async fn a_refused_credential_settles_no_era() {
         }
     }
     let m = gw.scrape().await;
-    for name in ["denied", "forbidden"] {
+    for (name, ..) in refusals {
         let probes = m.get(
             "mrtr_backend_era_probes_total",
             &[("backend", name), ("era", "legacy")],

@@ -19,7 +19,7 @@ mod tools;
 
 pub(crate) use errors::{backend_error, backend_failed, shutting_down, upstream_error};
 
-use crate::config::Config;
+use crate::config::{Config, Transport};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS};
 use crate::metrics::Metrics;
 use crate::protocol;
@@ -324,9 +324,13 @@ impl Bridge {
             // A backend probed as legacy that no longer initializes may have moved on to
             // 2026-07-28: the next call probes it again.
             eras.forget(Era::Legacy, &e.to_string(), &self.metrics);
-        } else if self.pools[backend].take_lost() {
-            // So may one that lost a session: a server restarted in another era (a dual-era
-            // one among them, which would still answer `initialize`).
+        } else if matches!(self.config.backends[backend].transport, Transport::Http(_))
+            && self.pools[backend].take_lost()
+        {
+            // So may a Streamable HTTP one that lost a session: a server restarted in another
+            // era (a dual-era one among them, which would still answer `initialize`). Not a
+            // stdio one: its lost session is a child that died, and a new child of the same
+            // command is probed only if it no longer initializes.
             let why = "a session to it was lost";
             eras.forget(Era::Legacy, why, &self.metrics);
         }

@@ -155,6 +155,7 @@ async fn exchange(
         headers: headers(req),
         authorization: req.authorization.as_ref(),
         child,
+        principal: Some(&req.principal),
     };
     let answer = upstream
         .send(out)
@@ -322,8 +323,11 @@ fn shape(
 ) -> Result<Payload, ErrorObject> {
     let config = &bridge.config.backends[backend];
     let name = &config.name;
-    let head: Head = serde_json::from_str(raw.get())
-        .map_err(|_| invalid_result(name, "a result that is not an object"))?;
+    // A derived `Deserialize` takes an array for a struct too: only an object is a result.
+    let head = Some(raw.get().trim_start())
+        .filter(|text| text.starts_with('{'))
+        .and_then(|text| serde_json::from_str::<Head>(text).ok())
+        .ok_or_else(|| invalid_result(name, "a result that is not an object"))?;
     let text = match head.result_type.as_deref() {
         Some("complete") if config.server_info && req.method != "server/discover" => {
             raw.get().to_owned()

@@ -3,8 +3,9 @@
 //! `server/discover` with the 2026 headers and `_meta` (on stdio, the first line of a new
 //! child). A `DiscoverResult` naming 2026-07-28, or a -32022 whose `data.supported` names it,
 //! means modern; anything else (an HTTP error, a legacy error whatever its code, a body that is
-//! not JSON-RPC, a child that exits, no answer within `probe_timeout`) means legacy. Concurrent first callers share one probe; a verdict that stops holding is
-//! forgotten ([`Cache::forget`]) and the next caller probes again.
+//! not JSON-RPC, a child that exits, no answer within `probe_timeout`) means legacy. Concurrent
+//! first callers share one probe; a verdict that stops holding is forgotten ([`Cache::forget`])
+//! and the next caller probes again.
 
 use super::modern::{Answer, Outgoing, Upstream};
 use crate::config::{Backend, Protocol, Transport};
@@ -13,7 +14,7 @@ use crate::metrics::{self, Metrics};
 use crate::protocol::{MODERN, header, meta};
 use http::HeaderValue;
 use serde_json::{Map, Value, json};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 /// The era a backend is driven in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,11 @@ pub struct Cache {
     known: AtomicU8,
     /// Held across a probe, so concurrent first callers wait for the one probe.
     probing: tokio::sync::Mutex<()>,
+    /// Probes finished, and the era the last one found: a caller that waited for a probe
+    /// takes its verdict even when it was not kept, rather than probing again after it (each
+    /// caller in the queue would otherwise wait one more probe).
+    probes: AtomicU64,
+    last: AtomicU8,
 }
 
 /// No probe has settled the era, or it was forgotten.
@@ -76,6 +82,8 @@ impl Cache {
             fixed,
             known: AtomicU8::new(UNKNOWN),
             probing: tokio::sync::Mutex::new(()),
+            probes: AtomicU64::new(0),
+            last: AtomicU8::new(UNKNOWN),
         }
     }
 
@@ -97,15 +105,19 @@ impl Cache {
         let Some(upstream) = upstream else {
             return Era::Legacy;
         };
+        let seen = self.probes.load(Ordering::Acquire);
         let _probing = self.probing.lock().await;
-        // Settled by the probe this caller waited for.
+        // Settled by the probe this caller waited for, or told by it.
         if let Some(era) = decode(self.known.load(Ordering::Acquire)) {
             return era;
+        }
+        if self.probes.load(Ordering::Acquire) != seen {
+            return decode(self.last.load(Ordering::Acquire)).unwrap_or(Era::Legacy);
         }
         // Boxed: every request's future holds this one's, and a probe runs once.
         let verdict = Box::pin(probe(upstream, authorization)).await;
         if verdict.era == Era::Legacy {
-            upstream.found_legacy();
+            upstream.found_legacy().await;
         }
         let backend = &self.backend;
         tracing::info!(%backend, era = ?verdict.era, why = %verdict.why, "backend era probed");
@@ -113,6 +125,8 @@ impl Cache {
         if verdict.lasting {
             self.known.store(encode(verdict.era), Ordering::Release);
         }
+        self.last.store(encode(verdict.era), Ordering::Release);
+        self.probes.fetch_add(1, Ordering::AcqRel);
         verdict.era
     }
 
@@ -172,6 +186,7 @@ async fn probe(upstream: &Upstream, authorization: Option<&HeaderValue>) -> Verd
         ],
         authorization,
         child: None,
+        principal: None,
     };
     let answer = tokio::time::timeout(upstream.probe_timeout(), async {
         match upstream.probe(out).await {

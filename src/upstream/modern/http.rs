@@ -121,6 +121,11 @@ impl Endpoint {
             .exchange(Method::POST, &self.url, &headers, Some(&body))
             .await?;
         let status = resp.status();
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            // Whatever its body says (OAuth servers answer JSON that is not JSON-RPC): the
+            // credential was refused, which says nothing of the backend's era.
+            return Err(Box::pin(status_failure(resp, link)).await);
+        }
         match content_type(&resp).as_str() {
             "application/json" => Ok(Answer::Json(
                 Box::pin(link.read_json(resp.into_body())).await?,

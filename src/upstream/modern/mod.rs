@@ -13,6 +13,7 @@ pub(crate) use stdio::Children;
 
 use super::http::Failure;
 use crate::jsonrpc::{Id, Message};
+use crate::seal::Digest;
 use ::http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use std::time::Duration;
@@ -37,6 +38,8 @@ pub(crate) struct Outgoing<'a> {
     pub authorization: Option<&'a HeaderValue>,
     /// The stdio child a retry goes back to: the one that wrote its state.
     pub child: Option<u32>,
+    /// Whose request it is: a stdio child's log messages never reach another principal.
+    pub principal: Option<&'a Digest>,
 }
 
 /// What a backend answered to one request.
@@ -117,9 +120,9 @@ impl Upstream {
 
     /// Told that the probe found the backend legacy: a stdio child that was spoken to in
     /// 2026-07-28 is ended, as the legacy pool starts its own with `initialize`.
-    pub fn found_legacy(&self) {
+    pub async fn found_legacy(&self) {
         if let Upstream::Stdio(children) = self {
-            children.end_all();
+            children.end_all().await;
         }
     }
 }

@@ -1,9 +1,15 @@
 //! A child scripted over in-memory pipes: what the gateway writes to it is read here as lines,
 //! what it answers is written back.
 
+use super::child::{Child, ChildIo, Replies};
 use super::*;
+use crate::jsonrpc::{self, Id};
+use crate::seal::Digest;
 use serde_json::Map;
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::sync::Notify;
+use tokio_util::task::TaskTracker;
 
 /// The child's side of the pipes.
 struct Script {
@@ -29,15 +35,22 @@ impl Script {
 }
 
 fn child() -> (Arc<Child>, Script) {
+    child_with(1, Arc::new(Notify::new()))
+}
+
+fn child_with(index: u32, freed: Arc<Notify>) -> (Arc<Child>, Script) {
     let (gateway_in, child_out) = tokio::io::duplex(1 << 16);
     let (child_in, gateway_out) = tokio::io::duplex(1 << 16);
     let io = ChildIo {
         backend: "scripted".into(),
-        index: 1,
+        index,
         write_queue: 8,
         max_message: 1 << 16,
         max_depth: 64,
         stop: CancellationToken::new(),
+        freed,
+        cancelled_logs: Duration::from_secs(30),
+        tasks: TaskTracker::new(),
     };
     let child = Child::run(io, gateway_in, gateway_out);
     let script = Script {
@@ -55,6 +68,16 @@ fn params(meta: Value) -> Map<String, Value> {
 }
 
 async fn send(child: &Arc<Child>, id: Id, method: &str, params: &Map<String, Value>) -> Replies {
+    send_as(child, id, method, params, None).await
+}
+
+async fn send_as(
+    child: &Arc<Child>,
+    id: Id,
+    method: &str,
+    params: &Map<String, Value>,
+    principal: Option<&Digest>,
+) -> Replies {
     let out = Outgoing {
         id: &id,
         method,
@@ -62,6 +85,7 @@ async fn send(child: &Arc<Child>, id: Id, method: &str, params: &Map<String, Val
         headers: Vec::new(),
         authorization: None,
         child: None,
+        principal,
     };
     child.request(&out).await.expect("sent")
 }
@@ -220,7 +244,120 @@ async fn a_child_that_exits_fails_what_waits_on_it_and_a_request_it_sends_is_ref
         headers: Vec::new(),
         authorization: None,
         child: None,
+        principal: None,
     };
     let refused = child.request(&out).await.expect_err("an ended child");
     assert_eq!(refused.describe(), "the backend exited");
+}
+
+#[tokio::test]
+async fn a_cancelled_requests_late_logs_never_reach_another_principal() {
+    let (child, mut script) = child();
+    let (alice, bob) = (crate::seal::digest(b"alice"), crate::seal::digest(b"bob"));
+    let ask = params(json!({meta::LOG_LEVEL: "info"}));
+    let cancelled = send_as(&child, Id::Number(1), "tools/call", &ask, Some(&alice)).await;
+    let _ = script.read().await;
+    drop(cancelled);
+    assert_eq!(script.read().await["method"], "notifications/cancelled");
+    assert!(!child.quiet_for(Some(&bob)) && child.quiet_for(Some(&alice)));
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "alice's, late"}});
+    // Bob's request does not get it: it may be alice's cancelled request's.
+    let mut bobs = send_as(&child, Id::Number(2), "tools/call", &ask, Some(&bob)).await;
+    let req = script.read().await;
+    script.write(log.clone()).await;
+    script
+        .write(json!({"jsonrpc": "2.0", "id": req["id"], "result": {"resultType": "complete"}}))
+        .await;
+    assert_eq!(next(&mut bobs).await["id"], 2, "the response, and no log");
+    // Alice's next request does: whichever of hers it was, it is hers.
+    let mut alices = send_as(&child, Id::Number(3), "tools/call", &ask, Some(&alice)).await;
+    let req = script.read().await;
+    script.write(log).await;
+    script
+        .write(json!({"jsonrpc": "2.0", "id": req["id"], "result": {"resultType": "complete"}}))
+        .await;
+    assert_eq!(next(&mut alices).await["params"]["data"], "alice's, late");
+    assert_eq!(next(&mut alices).await["id"], 3);
+}
+
+/// Two scripted children in the slots of a `children = 2` backend.
+fn two_children() -> (Children, Vec<Script>) {
+    let config = crate::config::Config::parse(
+        "[limits]\nqueue_wait = \"5s\"\n[[backend]]\nname = \"b\"\ncommand = \"/bin/sh\"\nchildren = 2\n",
+        None,
+    )
+    .expect("config");
+    let backend = &config.backends[0];
+    let crate::config::Transport::Stdio(cfg) = &backend.transport else {
+        unreachable!()
+    };
+    let children = Children::new(backend, cfg, &config.limits, CancellationToken::new());
+    let mut scripts = Vec::new();
+    for (i, slot) in children.slots.iter().enumerate() {
+        let (c, script) = child_with(i as u32, children.freed.clone());
+        *slot.try_lock().expect("free") = Some(c);
+        scripts.push(script);
+    }
+    (children, scripts)
+}
+
+fn outgoing<'a>(id: &'a Id, params: &'a Map<String, Value>, child: Option<u32>) -> Outgoing<'a> {
+    Outgoing {
+        id,
+        method: "tools/call",
+        params,
+        headers: Vec::new(),
+        authorization: None,
+        child,
+        principal: None,
+    }
+}
+
+#[tokio::test]
+async fn requests_that_ask_for_logs_go_one_to_a_child_and_a_retry_waits_for_its_own() {
+    let (children, mut scripts) = two_children();
+    let ask = params(json!({meta::LOG_LEVEL: "info"}));
+    let id = Id::Number(1);
+    let first = children
+        .send(&outgoing(&id, &ask, None))
+        .await
+        .expect("sent");
+    let busy = first.child().expect("a child") as usize;
+    let req = scripts[busy].read().await;
+    // A new request that asks for logs goes to the other child, every time.
+    for _ in 0..8 {
+        assert_ne!(children.place(&outgoing(&id, &ask, None)).await, busy);
+    }
+    // A retry for the busy child waits until its request is answered.
+    let pinned = outgoing(&id, &ask, Some(busy as u32));
+    let retry = children.place(&pinned);
+    tokio::pin!(retry);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut retry)
+            .await
+            .is_err(),
+        "the retry waits while the child's request runs"
+    );
+    scripts[busy]
+        .write(json!({"jsonrpc": "2.0", "id": req["id"], "result": {"resultType": "complete"}}))
+        .await;
+    let mut first = first;
+    assert_eq!(next_message(&mut first).await["id"], 1);
+    let placed = tokio::time::timeout(Duration::from_secs(5), retry)
+        .await
+        .expect("placed once the child is free");
+    assert_eq!(placed, busy);
+    // A request that asks for no logs is placed at once, wherever.
+    let quiet = params(json!({}));
+    let _ = children.place(&outgoing(&id, &quiet, None)).await;
+}
+
+async fn next_message(m: &mut super::super::Messages) -> Value {
+    tokio::time::timeout(Duration::from_secs(5), m.next())
+        .await
+        .expect("in time")
+        .expect("a message")
+        .expect("not broken")
+        .into_value()
 }

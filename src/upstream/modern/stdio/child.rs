@@ -1,27 +1,23 @@
-//! 2026-07-28 backends over stdio: a small pool of children ([`Children`]) that every
-//! principal shares, since the protocol keeps no state between requests. Each child is started
-//! as a legacy stdio backend's is (`stdio::launch`) and runs many requests at once, so the
-//! gateway gives each request an id of its own on that child and maps what comes back to the
-//! client's: the response by its id, `notifications/progress` by a progress token it gives in
-//! place of the client's, a subscription's events by their subscription id. A log message
-//! carries nothing that ties it to a request, so it reaches one only when that request is the
-//! only one on its child that asked for logs (`logLevel`); otherwise it is dropped. A request
-//! whose answer is no longer wanted gets `notifications/cancelled`.
+//! One 2026-07-28 stdio child: a writer task feeds its stdin, a reader task reads its stdout and
+//! hands each message to the request it belongs to, under the client's ids (the response by
+//! its id, progress by its token, a subscription's events by their subscription id, a log
+//! message to the one request on the child that asked for logs). [`Replies`] is one request's
+//! answer; dropped before the response, it sends the child `notifications/cancelled`.
 
-use super::Outgoing;
-use crate::config::{Backend, Limits, Stdio};
+use super::asks_for_logs;
 use crate::jsonrpc::{self, Id, Message};
 use crate::protocol::{self, meta};
+use crate::seal::Digest;
 use crate::upstream::http::Failure;
-use crate::upstream::stdio::{Launched, UNPARSEABLE_LOGGED, launch, write_lines};
+use crate::upstream::modern::Outgoing;
+use crate::upstream::stdio::{UNPARSEABLE_LOGGED, write_lines};
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -30,150 +26,42 @@ use tokio_util::task::TaskTracker;
 /// that request is dropped rather than holding up every other request on the child.
 const NOTIFICATIONS_QUEUED: usize = 64;
 
+/// Cancelled requests that asked for logs a child keeps in mind; past them it keeps one
+/// entry that names no principal, and its logs are nobody's until that passes.
+const CANCELLED_KEPT: usize = 16;
+
 /// How long a child's writer waits on a write that makes no progress before the child is
 /// taken for hung and ended.
 const WRITE_STALL: Duration = Duration::from_secs(30);
 
-/// The children of one 2026-07-28 stdio backend, started when first needed and again when one
-/// has exited.
-#[derive(Debug)]
-pub(crate) struct Children {
-    backend: String,
-    cfg: Stdio,
-    probe_timeout: Duration,
-    max_message: usize,
-    max_depth: usize,
-    /// One per child; locked while its child is looked at or started, so a child is started
-    /// once however many requests need it.
-    slots: Vec<tokio::sync::Mutex<Option<Arc<Child>>>>,
-    /// The child a new request goes to, in turn.
-    next: AtomicUsize,
-    shutdown: CancellationToken,
-    /// The tasks that reap the children, awaited at shutdown.
-    exits: TaskTracker,
-}
-
-impl Children {
-    pub fn new(
-        backend: &Backend,
-        cfg: &Stdio,
-        limits: &Limits,
-        shutdown: CancellationToken,
-    ) -> Children {
-        Children {
-            backend: backend.name.clone(),
-            cfg: cfg.clone(),
-            probe_timeout: backend.probe_timeout,
-            max_message: limits.max_line_bytes,
-            max_depth: limits.max_json_depth,
-            slots: (0..cfg.children)
-                .map(|_| tokio::sync::Mutex::new(None))
-                .collect(),
-            next: AtomicUsize::new(0),
-            shutdown,
-            exits: TaskTracker::new(),
-        }
-    }
-
-    pub fn backend(&self) -> &str {
-        &self.backend
-    }
-
-    pub fn probe_timeout(&self) -> Duration {
-        self.probe_timeout
-    }
-
-    /// Sends a request to the child it names (a retry's), or to the next one in turn.
-    pub async fn send(&self, out: &Outgoing<'_>) -> Result<super::Messages, Failure> {
-        let index = match out.child.map(|c| c as usize) {
-            Some(c) if c < self.slots.len() => c,
-            _ => self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len(),
-        };
-        let child = {
-            let mut slot = self.slots[index].lock().await;
-            match slot.as_ref() {
-                Some(child) if !child.stop.is_cancelled() => child.clone(),
-                _ => slot.insert(self.start(index)?).clone(),
-            }
-        };
-        child.request(out).await.map(super::Messages::Child)
-    }
-
-    /// Ends every child, then sends `out` as the first line of a new one in the first slot.
-    pub async fn probe(&self, out: &Outgoing<'_>) -> Result<super::Messages, Failure> {
-        self.end_all();
-        let child = {
-            let mut slot = self.slots[0].lock().await;
-            slot.insert(self.start(0)?).clone()
-        };
-        child.request(out).await.map(super::Messages::Child)
-    }
-
-    /// Ends every child: their requests fail, and the next request starts a new one.
-    pub fn end_all(&self) {
-        for slot in &self.slots {
-            // A slot being started is left to its starter: it is a new child either way.
-            if let Ok(mut slot) = slot.try_lock()
-                && let Some(child) = slot.take()
-            {
-                child.stop.cancel();
-            }
-        }
-    }
-
-    fn start(&self, index: usize) -> Result<Arc<Child>, Failure> {
-        let Launched {
-            stdin,
-            stdout,
-            on_exit,
-        } = launch(&self.cfg, &self.backend).map_err(|e| Failure::Connect(e.to_string()))?;
-        let child = Child::run(
-            ChildIo {
-                backend: self.backend.clone(),
-                index: index as u32,
-                write_queue: self.cfg.write_queue,
-                max_message: self.max_message,
-                max_depth: self.max_depth,
-                stop: self.shutdown.child_token(),
-            },
-            stdout,
-            stdin,
-        );
-        let stop = child.stop.clone();
-        self.exits.spawn(async move {
-            stop.cancelled().await;
-            on_exit.await;
-        });
-        Ok(child)
-    }
-
-    /// Waits until every child has exited (or been killed), once shutdown has ended them.
-    pub async fn closed(&self) {
-        self.exits.close();
-        self.exits.wait().await;
-    }
-}
-
 /// What a child runs with.
-struct ChildIo {
-    backend: String,
-    index: u32,
-    write_queue: usize,
-    max_message: usize,
-    max_depth: usize,
+pub(super) struct ChildIo {
+    pub(super) backend: String,
+    pub(super) index: u32,
+    pub(super) write_queue: usize,
+    pub(super) max_message: usize,
+    pub(super) max_depth: usize,
     /// Cancelled when the child is ended, or has ended by itself.
-    stop: CancellationToken,
+    pub(super) stop: CancellationToken,
+    pub(super) freed: Arc<Notify>,
+    /// How long a cancelled request's logs may still come (`request_timeout`).
+    pub(super) cancelled_logs: Duration,
+    /// Where its reader and writer run: shutdown waits for them.
+    pub(super) tasks: TaskTracker,
 }
 
 /// One child: lines to its stdin go through a writer task, its stdout is read by a reader
 /// task that hands each message to the request it belongs to.
 #[derive(Debug)]
-struct Child {
+pub(super) struct Child {
     backend: String,
     index: u32,
     out: mpsc::Sender<Vec<u8>>,
     waiting: Mutex<Waiting>,
-    stop: CancellationToken,
+    pub(super) stop: CancellationToken,
+    /// Woken when a request that asked for logs leaves this child.
+    freed: Arc<Notify>,
+    cancelled_logs: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -183,6 +71,46 @@ struct Waiting {
     by_id: HashMap<i64, Waiter>,
     /// Why the child ended, once it has.
     ended: Option<String>,
+    /// Cancelled requests that asked for logs, whose logs may still come: their principal
+    /// (`None`: any), and until when. Their logs must never reach another principal.
+    cancelled: Vec<(Option<Digest>, tokio::time::Instant)>,
+}
+
+impl Waiting {
+    /// Whether a log message now may be a cancelled request's of a principal other than
+    /// `principal`'s.
+    fn foreign_logs(&mut self, principal: Option<&Digest>) -> bool {
+        let now = tokio::time::Instant::now();
+        self.cancelled.retain(|(_, until)| *until > now);
+        self.cancelled
+            .iter()
+            .any(|(p, _)| p.is_none() || p.as_ref() != principal)
+    }
+
+    fn remember_cancelled(&mut self, principal: Option<Digest>, until: tokio::time::Instant) {
+        if self.cancelled.len() >= CANCELLED_KEPT {
+            let last = self
+                .cancelled
+                .iter()
+                .map(|(_, u)| *u)
+                .max()
+                .unwrap_or(until);
+            self.cancelled = vec![(None, last.max(until))];
+        } else {
+            self.cancelled.push((principal, until));
+        }
+    }
+
+    /// The one request that asked for logs, if exactly one did and no other principal's
+    /// cancelled request may still be logging.
+    fn log_reader(&mut self) -> Option<i64> {
+        let mut asking = self.by_id.iter().filter(|(_, w)| w.logs);
+        let (id, principal) = match (asking.next(), asking.next()) {
+            (Some((id, w)), None) => (*id, w.principal),
+            _ => return None,
+        };
+        (!self.foreign_logs(principal.as_ref())).then_some(id)
+    }
 }
 
 #[derive(Debug)]
@@ -190,8 +118,9 @@ struct Waiter {
     client_id: Id,
     /// The client's progress token, given back on the child's progress notifications.
     progress: Option<Value>,
-    /// The request set `logLevel`.
+    /// The request set `logLevel` (a listen's is not counted: it has no logs to get).
     logs: bool,
+    principal: Option<Digest>,
     listen: bool,
     notifications: mpsc::Sender<Message>,
     response: oneshot::Sender<Message>,
@@ -200,7 +129,7 @@ struct Waiter {
 impl Child {
     /// Starts the writer and the reader over the child's pipes (any byte streams: tests use
     /// in-memory ones).
-    fn run<R, W>(io: ChildIo, stdout: R, stdin: W) -> Arc<Child>
+    pub(super) fn run<R, W>(io: ChildIo, stdout: R, stdin: W) -> Arc<Child>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -212,6 +141,8 @@ impl Child {
             out,
             waiting: Mutex::new(Waiting::default()),
             stop: io.stop,
+            freed: io.freed,
+            cancelled_logs: io.cancelled_logs,
         });
         let failed = Arc::new(std::sync::OnceLock::new());
         let writer = write_lines(
@@ -222,7 +153,7 @@ impl Child {
             child.stop.clone(),
         );
         let stop = child.stop.clone();
-        tokio::spawn(async move {
+        io.tasks.spawn(async move {
             // Dropping the writer on stop closes the child's stdin, which asks it to exit.
             tokio::select! {
                 () = writer => {}
@@ -231,7 +162,7 @@ impl Child {
         });
         let lines = FramedRead::new(stdout, LinesCodec::new_with_max_length(io.max_message));
         let reader = child.clone();
-        tokio::spawn(async move {
+        io.tasks.spawn(async move {
             let why = tokio::select! {
                 why = reader.read(lines, io.max_depth) => why,
                 () = reader.stop.cancelled() => failed.get().cloned().unwrap_or_else(|| "ended by the gateway".into()),
@@ -243,12 +174,10 @@ impl Child {
 
     /// Sends one request under an id of this child's, the client's progress token replaced by
     /// that id, and returns where its answer arrives.
-    async fn request(self: &Arc<Self>, out: &Outgoing<'_>) -> Result<Replies, Failure> {
+    pub(super) async fn request(self: &Arc<Self>, out: &Outgoing<'_>) -> Result<Replies, Failure> {
         let mut params = out.params.clone();
         let request_meta = params.get_mut("_meta").and_then(Value::as_object_mut);
-        let logs = request_meta
-            .as_ref()
-            .is_some_and(|m| m.contains_key(meta::LOG_LEVEL));
+        let logs = asks_for_logs(out);
         let (notes_tx, notifications) = mpsc::channel(NOTIFICATIONS_QUEUED);
         let (response_tx, response) = oneshot::channel();
         let id = {
@@ -265,6 +194,7 @@ impl Child {
                 client_id: out.id.clone(),
                 progress,
                 logs,
+                principal: out.principal.copied(),
                 listen: out.method == protocol::LISTEN,
                 notifications: notes_tx,
                 response: response_tx,
@@ -369,68 +299,27 @@ impl Child {
         }
     }
 
-    /// A notification goes to the request it names; a log message to the one request that
-    /// asked for logs; anything else is dropped.
+    /// A notification goes to the request it names ([`Child::target`]), under the client's
+    /// token and subscription id; anything else is dropped.
     fn notify(&self, method: String, mut params: Option<Value>) {
         let mut waiting = self.waiting.lock().expect("child lock");
         let fields = params.as_mut().and_then(Value::as_object_mut);
-        let named = |key: &str, fields: &Option<&mut serde_json::Map<String, Value>>| {
-            fields
-                .as_ref()
-                .and_then(|f| f.get(key))
-                .and_then(as_ours_value)
-        };
         if method == "notifications/cancelled" {
-            // How a stdio server ends a subscription stream: the listen completes.
-            if let Some(id) = named("requestId", &fields)
-                && waiting.by_id.get(&id).is_some_and(|w| w.listen)
-                && let Some(w) = waiting.by_id.remove(&id)
-            {
-                let done = json!({"resultType": "complete"});
-                let outcome = Ok(jsonrpc::Raw::from_value(&done));
-                let _ = w.response.send(Message::Response {
-                    id: w.client_id,
-                    outcome,
-                });
+            if let Some(id) = fields.as_ref().and_then(|f| ours(f.get("requestId"))) {
+                end_listen(&mut waiting, id);
             }
             return;
         }
-        let subscription = fields
+        let Some(target) = fields
             .as_ref()
-            .and_then(|f| f.get("_meta"))
-            .and_then(|m| m.get(meta::SUBSCRIPTION_ID))
-            .and_then(as_ours_value);
-        let target = if method == "notifications/progress" {
-            named("progressToken", &fields)
-        } else if let Some(id) = subscription {
-            Some(id)
-        } else if method == "notifications/message" {
-            let mut asking = waiting.by_id.iter().filter(|(_, w)| w.logs);
-            match (asking.next(), asking.next()) {
-                (Some((id, _)), None) => Some(*id),
-                _ => None,
-            }
-        } else {
-            None
-        };
-        let Some(waiter) = target.and_then(|id| waiting.by_id.get(&id)) else {
+            .and_then(|f| target(&method, f, &mut waiting))
+        else {
             tracing::debug!(backend = %self.backend, %method, "a notification for no request waiting; dropped");
             return;
         };
+        let waiter = &waiting.by_id[&target.id];
         if let Some(f) = fields {
-            if method == "notifications/progress"
-                && let Some(token) = &waiter.progress
-            {
-                f.insert("progressToken".into(), token.clone());
-            }
-            if subscription.is_some()
-                && let Some(Value::Object(m)) = f.get_mut("_meta")
-            {
-                m.insert(
-                    meta::SUBSCRIPTION_ID.into(),
-                    serde_json::to_value(&waiter.client_id).unwrap_or(Value::Null),
-                );
-            }
+            rewrite(f, target.by, waiter);
         }
         if waiter
             .notifications
@@ -441,8 +330,38 @@ impl Child {
         }
     }
 
+    /// The request `id`, answered: nothing waits for it any more.
     fn take(&self, id: i64) -> Option<Waiter> {
-        self.waiting.lock().expect("child lock").by_id.remove(&id)
+        self.forget(id, false)
+    }
+
+    /// The request `id`, whose answer is no longer wanted: if it asked for logs, the child's
+    /// log messages are nobody's for a while, as it may still be finishing it.
+    fn cancel(&self, id: i64) -> Option<Waiter> {
+        self.forget(id, true)
+    }
+
+    fn forget(&self, id: i64, cancelled: bool) -> Option<Waiter> {
+        let waiter = {
+            let mut waiting = self.waiting.lock().expect("child lock");
+            let waiter = waiting.by_id.remove(&id);
+            if cancelled && let Some(w) = waiter.as_ref().filter(|w| w.logs) {
+                let until = tokio::time::Instant::now() + self.cancelled_logs;
+                waiting.remember_cancelled(w.principal, until);
+            }
+            waiter
+        };
+        if waiter.as_ref().is_some_and(|w| w.logs) {
+            self.freed.notify_waiters();
+        }
+        waiter
+    }
+
+    /// Whether a request of `principal` that asks for logs would get them here: no other
+    /// request on this child asks, and no other principal's cancelled one may still log.
+    pub(super) fn quiet_for(&self, principal: Option<&Digest>) -> bool {
+        let mut waiting = self.waiting.lock().expect("child lock");
+        !waiting.by_id.values().any(|w| w.logs) && !waiting.foreign_logs(principal)
     }
 
     /// Queues a line if there is room; what cannot wait (a refusal, a cancellation) is not
@@ -467,6 +386,7 @@ impl Child {
         }
         drop(waiters);
         self.stop.cancel();
+        self.freed.notify_waiters();
     }
 }
 
@@ -479,8 +399,79 @@ fn as_ours(id: &Id) -> Option<i64> {
     }
 }
 
-fn as_ours_value(v: &Value) -> Option<i64> {
-    v.as_i64()
+/// A request id or progress token this gateway gave on a child, in a notification.
+fn ours(v: Option<&Value>) -> Option<i64> {
+    v?.as_i64()
+}
+
+/// The request a notification belongs to, and how it names it.
+struct Target {
+    id: i64,
+    by: By,
+}
+
+enum By {
+    Progress,
+    Subscription,
+    Log,
+}
+
+/// Progress goes by its token, to a request whose client gave one (the gateway's own token
+/// never leaves); a subscription's event by its id, to a listen; a log message to the one
+/// request that may have it ([`Waiting::log_reader`]).
+fn target(method: &str, f: &Map<String, Value>, waiting: &mut Waiting) -> Option<Target> {
+    let to = |id: i64, by: By, fits: fn(&Waiter) -> bool, waiting: &Waiting| {
+        waiting
+            .by_id
+            .get(&id)
+            .filter(|w| fits(w))
+            .map(|_| Target { id, by })
+    };
+    if method == "notifications/progress" {
+        let id = ours(f.get("progressToken"))?;
+        return to(id, By::Progress, |w| w.progress.is_some(), waiting);
+    }
+    let subscription = f.get("_meta").and_then(|m| m.get(meta::SUBSCRIPTION_ID));
+    if let Some(id) = ours(subscription) {
+        return to(id, By::Subscription, |w| w.listen, waiting);
+    }
+    if method == "notifications/message" {
+        let id = waiting.log_reader()?;
+        return Some(Target { id, by: By::Log });
+    }
+    None
+}
+
+/// Puts the client's progress token or listen id where the child wrote the gateway's.
+fn rewrite(f: &mut Map<String, Value>, by: By, waiter: &Waiter) {
+    match by {
+        By::Progress => {
+            if let Some(token) = &waiter.progress {
+                f.insert("progressToken".into(), token.clone());
+            }
+        }
+        By::Subscription => {
+            if let Some(Value::Object(m)) = f.get_mut("_meta") {
+                let id = serde_json::to_value(&waiter.client_id).unwrap_or(Value::Null);
+                m.insert(meta::SUBSCRIPTION_ID.into(), id);
+            }
+        }
+        By::Log => {}
+    }
+}
+
+/// A stdio server ends a subscription stream with `notifications/cancelled`: the listen
+/// completes with its result.
+fn end_listen(waiting: &mut Waiting, id: i64) {
+    if waiting.by_id.get(&id).is_some_and(|w| w.listen)
+        && let Some(w) = waiting.by_id.remove(&id)
+    {
+        let done = json!({"resultType": "complete"});
+        let _ = w.response.send(Message::Response {
+            id: w.client_id,
+            outcome: Ok(jsonrpc::Raw::from_value(&done)),
+        });
+    }
 }
 
 /// One request's answer on a child: its notifications, then its response. Dropped before the
@@ -517,7 +508,7 @@ impl Replies {
 
 impl Drop for Replies {
     fn drop(&mut self) {
-        if self.done || self.child.take(self.id).is_none() {
+        if self.done || self.child.cancel(self.id).is_none() {
             return;
         }
         let reason = "the client went away";
@@ -528,6 +519,3 @@ impl Drop for Replies {
         }));
     }
 }
-
-#[cfg(test)]
-mod tests;
