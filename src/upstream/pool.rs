@@ -102,8 +102,9 @@ pub struct Pool {
     sessions: tokio_util::task::TaskTracker,
     init_results: super::session::InitResults,
     metrics: PoolMetrics,
-    /// A session ended without the pool ending it since [`Pool::take_lost`] last looked.
-    lost: AtomicBool,
+    /// A session ended without the pool ending it, or saw its backend restart
+    /// ([`Start::restarted`]), since [`Pool::take_lost`] last looked.
+    lost: Arc<AtomicBool>,
 }
 
 /// A session lent to one call; returned to the pool on drop.
@@ -184,7 +185,7 @@ impl Pool {
             freed: Notify::new(),
             shutdown,
             metrics,
-            lost: AtomicBool::new(false),
+            lost: Arc::default(),
         });
         let reaper = Arc::downgrade(&pool);
         let every = (pool.backend.idle_timeout / 4).max(std::time::Duration::from_millis(50));
@@ -207,7 +208,7 @@ impl Pool {
     }
 
     /// Whether a session was lost (the backend forgot it, its connection broke, its child
-    /// exited) since the last time this was asked; asking clears it. A backend that lost its
+    /// exited) or saw its backend restart since the last time this was asked; asking clears it. A backend that lost its
     /// sessions may have been restarted as something else.
     pub fn take_lost(&self) -> bool {
         self.lost.swap(false, Ordering::AcqRel)
@@ -341,6 +342,7 @@ impl Pool {
             authorization: want.authorization.cloned(),
             tasks: self.sessions.clone(),
             init_results: self.init_results.clone(),
+            restarted: self.lost.clone(),
         };
         let started = match &self.backend.transport {
             Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,

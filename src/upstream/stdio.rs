@@ -465,6 +465,7 @@ mod tests {
             authorization: None,
             tasks: Default::default(),
             init_results: Default::default(),
+            restarted: Default::default(),
         };
         let session = connect(
             our_read,

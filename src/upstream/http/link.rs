@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +46,8 @@ pub(crate) struct Link {
     pub inbound: Sink,
     /// Cancelled when the session closes: every task of the session stops.
     pub stop: CancellationToken,
+    /// Set when the backend seems to have restarted ([`Start::restarted`]).
+    pub restarted: Arc<AtomicBool>,
 }
 
 /// Why an exchange with the backend failed.
@@ -93,6 +96,7 @@ impl Link {
             timeout: start.init_timeout,
             inbound,
             stop,
+            restarted: start.restarted.clone(),
         };
         (Arc::new(link), rx)
     }

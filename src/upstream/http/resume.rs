@@ -12,6 +12,7 @@ use crate::sse::DecodeError;
 use crate::upstream::h1::Body;
 use crate::upstream::session::Inbound;
 use http::{Method, StatusCode};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -253,7 +254,10 @@ async fn follow(
         Ok(Ending::Unheard) => Next::Stop,
         Ok(Ending::Closed) => Next::Reopen,
         Err(e) => {
+            // The backend went away in the middle of the stream: it may be back as something
+            // else, which the pool's next lease has probed.
             tracing::warn!(backend = %link.backend, "standalone stream: {e}");
+            link.restarted.store(true, Ordering::Release);
             Next::Reopen
         }
     }

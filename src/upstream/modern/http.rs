@@ -84,6 +84,7 @@ impl Endpoint {
             timeout: limits.request_timeout,
             inbound,
             stop: CancellationToken::new(),
+            restarted: Default::default(),
         };
         Endpoint {
             link,

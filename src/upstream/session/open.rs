@@ -74,6 +74,9 @@ pub struct Start {
     /// Owns the session task, so shutdown can wait until every session has closed.
     pub tasks: tokio_util::task::TaskTracker,
     pub init_results: InitResults,
+    /// Set when a session sees signs that its backend restarted (its standalone stream broke);
+    /// shared by the pool's sessions, read by [`crate::upstream::Pool::take_lost`].
+    pub restarted: Arc<AtomicBool>,
 }
 
 impl Start {
