@@ -44,7 +44,7 @@ pub(super) struct ChildIo {
     /// Cancelled when the child is ended, or has ended by itself.
     pub(super) stop: CancellationToken,
     pub(super) freed: Arc<Notify>,
-    /// How long a cancelled request's logs may still come (`request_timeout`).
+    /// How long a cancelled request's logs may still come.
     pub(super) cancelled_logs: Duration,
     /// Where its reader and writer run: shutdown waits for them.
     pub(super) tasks: TaskTracker,

@@ -28,6 +28,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// How long a child's log messages stay away from other principals after one principal's
+/// request that asked for them was cancelled there: a server stops a cancelled request's work
+/// within it, and a longer quiet would keep other principals' calls (placed away from the
+/// child meanwhile) from a listen of theirs that is there.
+const CANCELLED_LOGS: Duration = Duration::from_secs(5);
+
 /// How often a request waiting for a child free of log requests looks again.
 const QUIET_POLL: Duration = Duration::from_millis(100);
 
@@ -51,7 +57,6 @@ pub(crate) struct Children {
     /// Woken when a request that asked for logs is done, for those waiting for a quiet child.
     freed: Arc<Notify>,
     queue_wait: Duration,
-    request_timeout: Duration,
     shutdown: CancellationToken,
     /// The tasks that reap the children, awaited at shutdown.
     exits: TaskTracker,
@@ -77,7 +82,6 @@ impl Children {
             spread: RandomState::new(),
             freed: Arc::new(Notify::new()),
             queue_wait: limits.queue_wait,
-            request_timeout: limits.request_timeout,
             shutdown,
             exits: TaskTracker::new(),
         }
@@ -200,7 +204,7 @@ impl Children {
                 max_depth: self.max_depth,
                 stop: self.shutdown.child_token(),
                 freed: self.freed.clone(),
-                cancelled_logs: self.request_timeout,
+                cancelled_logs: CANCELLED_LOGS,
                 tasks: self.exits.clone(),
             },
             stdout,
