@@ -89,6 +89,15 @@ impl Proc {
     /// Waits for the `... listening on URL` line on the child's (piped) stdout and returns the
     /// URL. The rest of stdout is drained in the background so the child never blocks on it.
     pub fn announced_url(&mut self) -> String {
+        match self.announced_url_or_exit() {
+            Ok(url) => url,
+            Err(status) => panic!("{} exited ({status}) before listening", self.name),
+        }
+    }
+
+    /// `announced_url`, but a child that exits before it listens (a port taken, say) is its
+    /// exit status rather than a panic, for a caller that can try again.
+    pub fn announced_url_or_exit(&mut self) -> Result<String, ExitStatus> {
         let stdout = self
             .child
             .stdout
@@ -108,11 +117,27 @@ impl Proc {
             let _ = std::io::copy(&mut lines, &mut std::io::sink());
         });
         match rx.recv_timeout(ANNOUNCE) {
-            Ok(url) => url,
-            Err(_) => match self.child.try_wait() {
-                Ok(Some(status)) => panic!("{} exited ({status}) before listening", self.name),
-                _ => panic!("{} did not announce its URL in {ANNOUNCE:?}", self.name),
+            Ok(url) => Ok(url),
+            // Either stdout closed, so the child is exiting, or the wait ran out: a short wait
+            // for an exit status tells which.
+            Err(_) => match self.exit_status(Duration::from_secs(5)) {
+                Some(status) => Err(status),
+                None => panic!("{} did not announce its URL in {ANNOUNCE:?}", self.name),
             },
+        }
+    }
+
+    /// The child's exit status if it exits within `within`.
+    fn exit_status(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -359,4 +384,39 @@ pub fn driver_failures(driver: Proc, tag: &str) -> Vec<String> {
         .iter()
         .map(|f| f["check"].as_str().unwrap_or_default().to_owned())
         .collect()
+}
+
+/// A loopback port free a moment ago (another process may take it before it is used).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// `/metrics` of the gateway's admin listener on `port`, with a bounded wait.
+pub fn scrape(port: u16) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("admin listener");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let req =
+        format!("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text
+}
+
+/// The value of the metrics sample `series` (name and labels, as exposed) in `metrics`; 0
+/// when it is absent.
+pub fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
 }

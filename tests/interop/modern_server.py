@@ -41,12 +41,22 @@ Prompt `greeting` (elicits a name) and resource template `interop://profile/{who
 name) answer InputRequiredResult the same way on `prompts/get` and `resources/read`.
 
 Usage:
-    modern_server.py stdio [--state-key SECRET]
+    modern_server.py stdio [--state-key SECRET] [--cancel-log FILE]
     modern_server.py http [--host 127.0.0.1] [--port 0] [--path /mcp] [--state-key SECRET]
+                     [--cancel-log FILE] [--stateful]
 
 The SDK seals states under a key each process makes at start, so by default a retry that reaches
 another process (another stdio child, another replica) is refused; processes given the same
 `--state-key` (32 bytes or more) accept each other's states.
+
+`--cancel-log FILE` appends to FILE, one line each, what a test needs to see a cancellation
+arrive: `started KEY ID` when `slow` starts as the request ID, `notified ID` when a
+`notifications/cancelled` for the request ID arrives (only over stdio can one), and
+`cancelled KEY` when `slow` stops early. Several processes may share the file.
+
+`--stateful` serves legacy clients with sessions, as the SDK does by default: a request naming a
+session this process did not start is answered 404. 2026-07-28 requests are served without one
+either way.
 
 Over HTTP it serves stateless Streamable HTTP on a socket bound here (port 0: any free port)
 and, once uvicorn serves, prints one line on stdout, `listening on URL`.
@@ -69,6 +79,7 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import (
     INVALID_PARAMS,
+    CancelledNotificationParams,
     CreateMessageRequest,
     CreateMessageRequestParams,
     CreateMessageResult,
@@ -173,6 +184,21 @@ def expect_round(claims: Mapping[str, Any], round_: int) -> None:
 
 # What became of each `slow` call, by its key: shows whether a cancellation reached the server.
 OUTCOMES: dict[str, str] = {}
+# The `--cancel-log` file, if any.
+CANCEL_LOG: str | None = None
+
+
+def log_cancel(line: str) -> None:
+    """Appends `line` to the `--cancel-log` file; one write per line, so processes sharing the
+    file never interleave within a line."""
+    if CANCEL_LOG is not None:
+        with open(CANCEL_LOG, "a", encoding="utf-8") as log:
+            log.write(f"{line}\n")
+
+
+async def on_cancelled(ctx: Any, params: CancelledNotificationParams) -> None:
+    """Records a `notifications/cancelled`; the SDK itself has already cancelled the request."""
+    log_cancel(f"notified {params.request_id}")
 
 
 async def echo(text: str) -> str:
@@ -243,6 +269,7 @@ async def slow(ctx: Context, key: str, seconds: float = 30.0) -> str:
     """Sends one progress notification, then waits `seconds`; records under `key` whether
     the call completed or was cancelled."""
     OUTCOMES[key] = "running"
+    log_cancel(f"started {key} {ctx.request_id}")
     try:
         # The notification commits an HTTP answer to SSE at once, so the client has a
         # stream to close.
@@ -250,6 +277,7 @@ async def slow(ctx: Context, key: str, seconds: float = 30.0) -> str:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         OUTCOMES[key] = "cancelled"
+        log_cancel(f"cancelled {key}")
         raise
     OUTCOMES[key] = "completed"
     return f"completed:{key}"
@@ -309,13 +337,17 @@ def build_server(state_key: str | None) -> MCPServer:
         mcp.tool()(tool)
     mcp.prompt()(greeting)
     mcp.resource("interop://profile/{who}", mime_type="text/plain")(profile)
+    # The SDK applies a cancellation itself and then passes it to a handler, if one is set.
+    mcp._lowlevel_server.add_notification_handler(
+        "notifications/cancelled", CancelledNotificationParams, on_cancelled
+    )
     return mcp
 
 
-async def serve_http(mcp: MCPServer, host: str, port: int, path: str) -> None:
-    """Serve the stateless Streamable HTTP app on a socket bound here, so port 0 works and the
-    real port can be announced once requests are served."""
-    app = mcp.streamable_http_app(streamable_http_path=path, stateless_http=True, host=host)
+async def serve_http(mcp: MCPServer, host: str, port: int, path: str, stateful: bool) -> None:
+    """Serve the Streamable HTTP app (stateless unless `stateful`) on a socket bound here, so
+    port 0 works and the real port can be announced once requests are served."""
+    app = mcp.streamable_http_app(streamable_http_path=path, stateless_http=not stateful, host=host)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -346,13 +378,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--port", type=int, default=0, help="0: any free port (announced on stdout)")
     parser.add_argument("--path", default="/mcp", help="Streamable HTTP endpoint path")
     parser.add_argument("--state-key", help="seal states under this secret (shared by processes given it)")
+    parser.add_argument("--stateful", action="store_true", help="legacy clients get sessions (the SDK's default)")
+    parser.add_argument("--cancel-log", help="append what shows a cancellation arriving to this file")
     args = parser.parse_args(argv)
+
+    global CANCEL_LOG
+    CANCEL_LOG = args.cancel_log
 
     mcp = build_server(args.state_key)
     if args.transport == "stdio":
         mcp.run("stdio")
     else:
-        anyio.run(serve_http, mcp, args.host, args.port, args.path)
+        anyio.run(serve_http, mcp, args.host, args.port, args.path, args.stateful)
 
 
 if __name__ == "__main__":
