@@ -270,12 +270,18 @@ fn relay_pass_through(s: &mut String, r: &Results) {
         us(add_p50),
         met(add_p50 <= ADDED_P50_US)
     );
-    let _ = writeln!(
-        s,
-        "| (a) relay: the same, p99 | {} | ≤ 1 ms | {} |",
-        us(add_p99),
-        met(add_p99 <= ADDED_P99_US)
-    );
+    // Tails of two short runs side by side: the direct one can have the larger outlier.
+    let (p99, p99_met) = if add_p99 < 0.0 {
+        let text = format!(
+            "none seen: the direct client's p99 ({}) was above the gateway's ({})",
+            us(m.direct.latency.p99_us),
+            us(m.gateway.latency.p99_us)
+        );
+        (text, "—".to_owned())
+    } else {
+        (us(add_p99), met(add_p99 <= ADDED_P99_US).to_owned())
+    };
+    let _ = writeln!(s, "| (a) relay: the same, p99 | {p99} | ≤ 1 ms | {p99_met} |");
     let _ = writeln!(
         s,
         "| (a) gateway CPU per pass-through call (on a CPU): relayed to the 2026-07-28 backend / bridged to the legacy one | {} / {}; {:.0} req/s, {} errors relayed | none set | — |",
