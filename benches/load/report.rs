@@ -281,7 +281,10 @@ fn relay_pass_through(s: &mut String, r: &Results) {
     } else {
         (us(add_p99), met(add_p99 <= ADDED_P99_US).to_owned())
     };
-    let _ = writeln!(s, "| (a) relay: the same, p99 | {p99} | ≤ 1 ms | {p99_met} |");
+    let _ = writeln!(
+        s,
+        "| (a) relay: the same, p99 | {p99} | ≤ 1 ms | {p99_met} |"
+    );
     let _ = writeln!(
         s,
         "| (a) gateway CPU per pass-through call (on a CPU): relayed to the 2026-07-28 backend / bridged to the legacy one | {} / {}; {:.0} req/s, {} errors relayed | none set | — |",
