@@ -10,8 +10,9 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, legacy_python, legacy_server_script,
-    modern_python, modern_server_script, run_client, run_driver, start_gateway,
+    Proc, assert_client_passed, assert_driver_passed, free_port, legacy_python,
+    legacy_server_script, modern_python, modern_server_script, run_client, run_driver, sample,
+    scrape, start_gateway,
 };
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -111,11 +112,6 @@ fn tools_list(url: &str) -> (u16, String) {
     (status, text)
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
 fn exchange(authority: &str, req: &str) -> String {
     let mut s = std::net::TcpStream::connect(authority).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(60)))
@@ -126,26 +122,12 @@ fn exchange(authority: &str, req: &str) -> String {
     text
 }
 
-/// A counter of the admin listener's `/metrics` on `port`.
-fn metric(port: u16, series: &str) -> f64 {
-    let req =
-        format!("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n");
-    let text = exchange(&format!("127.0.0.1:{port}"), &req);
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn probes(admin: u16, era: &str) -> f64 {
-    metric(
-        admin,
-        &format!("mrtr_backend_era_probes_total{{backend=\"swapped\",era=\"{era}\"}} "),
-    )
+    let series = format!("mrtr_backend_era_probes_total{{backend=\"swapped\",era=\"{era}\"}}");
+    sample(&scrape(admin), &series)
 }
 
 fn reprobes(admin: u16) -> f64 {
-    metric(
-        admin,
-        "mrtr_backend_era_reprobes_total{backend=\"swapped\"} ",
-    )
+    let series = "mrtr_backend_era_reprobes_total{backend=\"swapped\"}";
+    sample(&scrape(admin), series)
 }

@@ -11,11 +11,10 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, bearer_header, driver_failures,
-    legacy_python, legacy_server_script, run_client, run_driver, run_driver_with,
+    Proc, assert_client_passed, assert_driver_passed, bearer_header, driver_failures, free_port,
+    legacy_python, legacy_server_script, run_client, run_driver, run_driver_with, scrape,
     start_faulty_relay, start_gateway, start_modern_server_http,
 };
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
 /// The gateway in front of the modern server with `protocol`, passing each principal's own
@@ -130,24 +129,4 @@ fn start_fastmcp() -> (Proc, String) {
     );
     let url = server.announced_url();
     (server, url)
-}
-
-/// A loopback port free a moment ago, for the admin listener (whose address the gateway does
-/// not announce).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-/// `/metrics` of the admin listener on `port`, with a bounded wait.
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("admin listener");
-    let timeout = Some(std::time::Duration::from_secs(10));
-    s.set_read_timeout(timeout).expect("timeout");
-    let req =
-        format!("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).expect("request");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("response");
-    text
 }

@@ -12,10 +12,9 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, legacy_python, legacy_server_script,
-    modern_server_stdio_toml, run_client, start_gateway,
+    Proc, assert_client_passed, assert_driver_passed, free_port, legacy_python,
+    legacy_server_script, modern_server_stdio_toml, run_client, scrape, start_gateway,
 };
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
 /// A driver through the gateway to the stdio server, which sees no HTTP headers.
@@ -91,22 +90,4 @@ fn auto_finds_a_legacy_and_a_modern_stdio_server_side_by_side() {
             "{series} in:\n{metrics}"
         );
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-/// `/metrics` of the admin listener on `port`, with a bounded wait.
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("admin listener");
-    let timeout = Some(std::time::Duration::from_secs(10));
-    s.set_read_timeout(timeout).expect("timeout");
-    let req =
-        format!("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).expect("request");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("response");
-    text
 }
