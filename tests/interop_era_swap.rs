@@ -10,9 +10,8 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, free_port, legacy_python,
-    legacy_server_script, modern_python, modern_server_script, run_client, run_driver, sample,
-    scrape, start_gateway,
+    Proc, assert_client_passed, assert_driver_passed, free_port, modern_python,
+    modern_server_script, run_client, run_driver, sample, scrape, start_fastmcp, start_gateway,
 };
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -23,15 +22,7 @@ const FOUND_WITHIN: Duration = Duration::from_secs(60);
 
 #[test]
 fn a_backend_swapped_from_legacy_to_2026_is_probed_again_and_relayed_to() {
-    let mut legacy = Proc::spawn(
-        "FastMCP streamable-http server",
-        Command::new(legacy_python())
-            .arg(legacy_server_script())
-            .args(["streamable-http", "--host", "127.0.0.1", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit()),
-    );
-    let backend_url = legacy.announced_url();
+    let (legacy, backend_url) = start_fastmcp();
     let port = backend_url
         .split(':')
         .nth(2)

@@ -11,11 +11,10 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, bearer_header, driver_failures, free_port,
-    legacy_python, legacy_server_script, run_client, run_driver, run_driver_with, scrape,
+    assert_client_passed, assert_driver_passed, assert_each_probed_once, bearer_header,
+    driver_failures, free_port, run_client, run_driver, run_driver_with, start_fastmcp,
     start_faulty_relay, start_gateway, start_modern_server_http,
 };
-use std::process::{Command, Stdio};
 
 /// The gateway in front of the modern server with `protocol`, passing each principal's own
 /// credential; two drivers at once, each checking every tool and what reached the server.
@@ -68,20 +67,7 @@ fn auto_finds_a_legacy_and_a_modern_server_side_by_side() {
     let driver = run_driver_with(&format!("{base}/new"), "dave", &[]);
     assert_client_passed(client, "carol");
     assert_driver_passed(driver, "dave");
-    let metrics = scrape(admin);
-    for (backend, era, want) in [
-        ("old", "legacy", 1),
-        ("old", "modern", 0),
-        ("new", "modern", 1),
-        ("new", "legacy", 0),
-    ] {
-        let series =
-            format!("mrtr_backend_era_probes_total{{backend=\"{backend}\",era=\"{era}\"}} {want}");
-        assert!(
-            metrics.lines().any(|l| l == series),
-            "{series} in:\n{metrics}"
-        );
-    }
+    assert_each_probed_once(admin, &[("old", "legacy"), ("new", "modern")]);
 }
 
 /// Three gateways sharing their state keys in front of the modern server, with every request
@@ -115,18 +101,4 @@ fn any_replica_serves_any_round_of_a_relayed_call() {
         failed.iter().any(|f| f == "ask_name accept"),
         "expected `ask_name accept` among the failed checks {failed:?}"
     );
-}
-
-/// The FastMCP legacy server on Streamable HTTP, with the URL it announced.
-fn start_fastmcp() -> (Proc, String) {
-    let mut server = Proc::spawn(
-        "FastMCP streamable-http server",
-        Command::new(legacy_python())
-            .arg(legacy_server_script())
-            .args(["streamable-http", "--host", "127.0.0.1", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit()),
-    );
-    let url = server.announced_url();
-    (server, url)
 }

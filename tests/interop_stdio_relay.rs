@@ -12,8 +12,8 @@
 mod harness;
 
 use harness::{
-    Proc, assert_client_passed, assert_driver_passed, free_port, legacy_python,
-    legacy_server_script, modern_server_stdio_toml, run_client, scrape, start_gateway,
+    Proc, assert_client_passed, assert_driver_passed, assert_each_probed_once, free_port,
+    legacy_python, legacy_server_script, modern_server_stdio_toml, run_client, start_gateway,
 };
 use std::process::{Command, Stdio};
 
@@ -76,18 +76,5 @@ fn auto_finds_a_legacy_and_a_modern_stdio_server_side_by_side() {
     let driver = run_driver(&format!("{base}/new"), "dave");
     assert_client_passed(client, "carol");
     assert_driver_passed(driver, "dave");
-    let metrics = scrape(admin);
-    for (backend, era, want) in [
-        ("old", "legacy", 1),
-        ("old", "modern", 0),
-        ("new", "modern", 1),
-        ("new", "legacy", 0),
-    ] {
-        let series =
-            format!("mrtr_backend_era_probes_total{{backend=\"{backend}\",era=\"{era}\"}} {want}");
-        assert!(
-            metrics.lines().any(|l| l == series),
-            "{series} in:\n{metrics}"
-        );
-    }
+    assert_each_probed_once(admin, &[("old", "legacy"), ("new", "modern")]);
 }

@@ -420,3 +420,35 @@ pub fn sample(metrics: &str, series: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// The FastMCP legacy server on Streamable HTTP on any free port, with the URL it announced.
+pub fn start_fastmcp() -> (Proc, String) {
+    let mut server = Proc::spawn(
+        "FastMCP streamable-http server",
+        Command::new(legacy_python())
+            .arg(legacy_server_script())
+            .args(["streamable-http", "--host", "127.0.0.1", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let url = server.announced_url();
+    (server, url)
+}
+
+/// Asserts that the gateway whose admin listener is on `admin` probed each of `found` (a
+/// backend and the era it was found in) once, and never found it in the other era.
+pub fn assert_each_probed_once(admin: u16, found: &[(&str, &str)]) {
+    let metrics = scrape(admin);
+    for (backend, era) in found {
+        let other = if *era == "legacy" { "modern" } else { "legacy" };
+        for (era, want) in [(*era, 1), (other, 0)] {
+            let series = format!(
+                "mrtr_backend_era_probes_total{{backend=\"{backend}\",era=\"{era}\"}} {want}"
+            );
+            assert!(
+                metrics.lines().any(|l| l == series),
+                "{series} in:\n{metrics}"
+            );
+        }
+    }
+}
