@@ -88,7 +88,7 @@ async fn recorder() -> (String, Arc<AtomicUsize>) {
 fn alice_digest() -> seal::Digest {
     let mut headers = http::HeaderMap::new();
     headers.insert("authorization", "Bearer alice".parse().unwrap());
-    mrtr_gateway::server::mcp::principal(&PrincipalSource::Authorization, &headers)
+    mrtr_gateway::server::request::principal(&PrincipalSource::Authorization, &headers)
         .expect("one Authorization header")
 }
 

@@ -15,6 +15,7 @@ mod plain;
 mod relay;
 mod replay;
 mod retry;
+pub mod session;
 mod tools;
 
 pub(crate) use errors::{backend_error, backend_failed, shutting_down, upstream_error};
@@ -95,6 +96,8 @@ pub struct Bridge {
     pub(crate) tools: tools::Catalogs,
     /// The client of the internal hop, for retries of calls parked on other replicas.
     hop: upstream::h1::Client,
+    /// Legacy clients' sessions held by this replica.
+    sessions_held: session::Registry,
 }
 
 impl Bridge {
@@ -145,6 +148,7 @@ impl Bridge {
             sessions,
             draining: AtomicBool::new(false),
             tools,
+            sessions_held: session::Registry::default(),
         })
     }
 

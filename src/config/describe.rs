@@ -192,6 +192,16 @@ impl Config {
         );
         line(
             s,
+            "legacy sessions",
+            format!(
+                "{} per principal, {} in all, idle {}",
+                limits.max_sessions_per_principal,
+                limits.max_sessions_total,
+                duration(limits.session_idle)
+            ),
+        );
+        line(
+            s,
             "tool lists",
             format!(
                 "{} kept, {} tools each",

@@ -134,6 +134,11 @@ pub struct Limits {
     pub max_tool_catalogs: usize,
     /// Tools kept of one backend tool list; the rest are treated as unknown.
     pub max_tools_per_catalog: usize,
+    /// Legacy client sessions one principal may hold, and the gateway in all.
+    pub max_sessions_per_principal: usize,
+    pub max_sessions_total: usize,
+    /// How long a legacy client session lives with no request and no open stream.
+    pub session_idle: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -146,6 +146,14 @@ pub struct Limits {
     pub max_tool_catalogs: Option<usize>,
     /// Tools kept of one such list (default 1024).
     pub max_tools_per_catalog: Option<usize>,
+    /// Legacy client sessions one principal may hold (default 16).
+    pub max_sessions_per_principal: Option<usize>,
+    /// Legacy client sessions in the whole gateway (default 1000).
+    pub max_sessions_total: Option<usize>,
+    /// A legacy client session with no request and no open stream ends after this (default
+    /// 10 min).
+    #[serde(default, with = "humantime_serde")]
+    pub session_idle: Option<Duration>,
 }
 
 /// `[roots]`.

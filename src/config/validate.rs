@@ -282,6 +282,27 @@ fn limits(raw: &raw::Limits) -> Result<Limits, ConfigError> {
             1,
             1 << 16,
         )?,
+        max_sessions_per_principal: in_range(
+            "limits.max_sessions_per_principal",
+            raw.max_sessions_per_principal,
+            16,
+            1,
+            1 << 20,
+        )?,
+        max_sessions_total: in_range(
+            "limits.max_sessions_total",
+            raw.max_sessions_total,
+            1000,
+            1,
+            1 << 20,
+        )?,
+        session_idle: in_range(
+            "limits.session_idle",
+            raw.session_idle,
+            Duration::from_secs(600),
+            Duration::from_secs(1),
+            Duration::from_secs(24 * 3600),
+        )?,
     };
     if limits.max_json_depth > MAX_JSON_DEPTH {
         return Err(bad(

@@ -5,17 +5,17 @@
 //! closed it) drops the reply receiver, which cancels the call.
 
 use super::Body;
-use super::listener::{BodyError, read_body};
+use super::request::{principal, read_message, single};
 use super::respond::{self, Refusal};
 use crate::bridge::{self, Bridge, Reply};
-use crate::config::PrincipalSource;
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message, Payload};
 use crate::metrics::{self, Metrics, Outcome};
-use crate::protocol::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION, decode_value};
+use crate::protocol::header::{
+    MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, decode_value,
+};
 use crate::protocol::meta::RequestMeta;
 use crate::protocol::param;
 use crate::protocol::{self, MODERN};
-use crate::seal::{self, Digest};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use hyper::body::{Frame, Incoming};
@@ -47,6 +47,10 @@ async fn handle(
             "no MCP endpoint at this path",
         ));
     };
+    // A session's request, unless it says it is 2026-07-28's: then the header means nothing.
+    if req.headers().contains_key(&MCP_SESSION_ID) && !is_modern(req.headers()) {
+        return super::legacy::serve(&bridge, backend, req).await;
+    }
     if req.method() != Method::POST {
         bridge
             .metrics()
@@ -62,38 +66,16 @@ async fn handle(
             .insert(header::ALLOW, http::HeaderValue::from_static("POST"));
         return Ok(resp);
     }
-    let limits = &bridge.config.limits;
-    let unread = |e: BodyError| {
-        let (status, code) = match e {
-            BodyError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, jsonrpc::INVALID_REQUEST),
-            BodyError::TimedOut(_) => (StatusCode::REQUEST_TIMEOUT, jsonrpc::INVALID_REQUEST),
-            BodyError::Failed(_) => (StatusCode::BAD_REQUEST, jsonrpc::PARSE_ERROR),
-        };
-        Refusal::new(status, None, code, e.to_string())
+    let (parts, message) = read_message(&bridge, req).await?;
+    let message = match message {
+        // A legacy client's handshake opens a session of its own.
+        Message::Request { id, method, params }
+            if method == "initialize" && !is_modern(&parts.headers) =>
+        {
+            return super::legacy::initialize(&bridge, backend, &parts.headers, id, params).await;
+        }
+        other => other,
     };
-    if let Some(len) = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && len > limits.max_body_bytes as u64
-    {
-        return Err(unread(BodyError::TooLarge(limits.max_body_bytes)));
-    }
-    let (parts, body) = req.into_parts();
-    let bytes = read_body(
-        body,
-        limits.max_body_bytes,
-        bridge.config.server.body_timeout,
-    )
-    .await
-    .map_err(unread)?;
-    let message = jsonrpc::parse(&bytes, limits.max_json_depth).map_err(|e| Refusal {
-        status: StatusCode::BAD_REQUEST,
-        id: None,
-        error: e.to_error(),
-        method: metrics::Method::Other,
-    })?;
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, params),
         Message::Notification { .. } => {
@@ -121,6 +103,7 @@ async fn handle(
             ));
         }
     };
+    let limits = &bridge.config.limits;
     let label = metrics::Method::from_name(&method);
     let params_value = Value::Object(params);
     let meta =
@@ -182,6 +165,14 @@ async fn handle(
     Ok(reply(id, rx, tally, limits.max_reply_bytes).await)
 }
 
+/// Whether a request says it is 2026-07-28's: its `MCP-Protocol-Version` header names it. A
+/// legacy `initialize` has no such header (or a legacy version in it).
+fn is_modern(headers: &HeaderMap) -> bool {
+    headers
+        .get(&MCP_PROTOCOL_VERSION)
+        .is_some_and(|v| v.as_bytes() == MODERN.as_bytes())
+}
+
 /// Counts one request's outcome exactly once; a request dropped before its outcome went out
 /// (the client closed the connection) counts as `disconnected`.
 struct Tally {
@@ -225,11 +216,6 @@ fn check_request(
         |msg: String| Refusal::new(StatusCode::BAD_REQUEST, Some(id), HEADER_MISMATCH, msg);
     let header_version = match header_str(headers, &MCP_PROTOCOL_VERSION).map_err(&mismatch)? {
         Some(v) => v,
-        // A legacy client's handshake: tell it which version this endpoint speaks.
-        None if method == "initialize" => {
-            let asked = params.get("protocolVersion").and_then(Value::as_str);
-            return Err(handshake(id, asked.unwrap_or("unknown")));
-        }
         None => return Err(mismatch("MCP-Protocol-Version header is required".into())),
     };
     if header_version != MODERN {
@@ -309,21 +295,6 @@ fn unsupported(id: &Id, requested: &str) -> Refusal {
     .with_data(json!({"supported": [MODERN], "requested": requested}))
 }
 
-/// 400 with -32022 for a legacy `initialize`. Asking for another version, it is told that
-/// version is not spoken here; asking for 2026-07-28, it is told what is wrong instead, since
-/// 2026-07-28 is supported and has no handshake. The data is that of any version refused.
-fn handshake(id: &Id, requested: &str) -> Refusal {
-    let mut refusal = unsupported(id, requested);
-    if requested == MODERN {
-        refusal.error.message = format!(
-            "`initialize` is a legacy handshake this endpoint does not serve: {MODERN} has no \
-             `initialize`; send each request with the `MCP-Protocol-Version: {MODERN}` and \
-             `Mcp-Method` headers, and its protocol version and client capabilities in `_meta`"
-        );
-    }
-    refusal
-}
-
 fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, String> {
     match single(headers, name)? {
         None => Ok(None),
@@ -332,21 +303,6 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'
             .map(Some)
             .map_err(|_| format!("{name} header has invalid characters")),
     }
-}
-
-/// A header that must appear at most once. A repeated one is refused rather than read by its
-/// first copy: a proxy in front of the gateway that reads another copy (or all of them) would
-/// route, authorize or attribute on a value the gateway never checked.
-fn single(
-    headers: &HeaderMap,
-    name: impl header::AsHeaderName + Copy + std::fmt::Display,
-) -> Result<Option<&HeaderValue>, String> {
-    let mut all = headers.get_all(name).iter();
-    let first = all.next();
-    if all.next().is_some() {
-        return Err(format!("{name} header appears more than once"));
-    }
-    Ok(first)
 }
 
 fn check_origin(allowed: &[String], headers: &HeaderMap) -> Result<(), Refusal> {
@@ -385,28 +341,6 @@ fn is_loopback_origin(origin: &str) -> bool {
     };
     matches!(host, Some("localhost" | "127.0.0.1" | "::1"))
 }
-
-/// The principal a request acts for, as a digest (raw credentials are never kept). A request
-/// that carries its principal's header more than once is refused.
-pub fn principal(source: &PrincipalSource, headers: &HeaderMap) -> Result<Digest, String> {
-    let value = match source {
-        PrincipalSource::Authorization => single(headers, &header::AUTHORIZATION)?,
-        PrincipalSource::Header(name) => single(headers, name)?,
-        PrincipalSource::Anonymous => None,
-    };
-    Ok(match value {
-        Some(v) => {
-            let mut bytes = b"principal\0".to_vec();
-            bytes.extend_from_slice(v.as_bytes());
-            seal::digest(&bytes)
-        }
-        None => *ANONYMOUS,
-    })
-}
-
-/// The principal of every request without a credential, hashed once.
-static ANONYMOUS: std::sync::LazyLock<Digest> =
-    std::sync::LazyLock::new(|| seal::digest(b"anonymous"));
 
 /// Waits for the first reply: a result goes out as JSON; a notification first opens SSE.
 async fn reply(
@@ -505,33 +439,5 @@ mod tests {
         assert!(is_loopback_origin("http://[::1]:8080"));
         assert!(!is_loopback_origin("http://localhost.evil.com"));
         assert!(!is_loopback_origin("https://example.com"));
-    }
-
-    #[test]
-    fn principals_differ_by_credential() {
-        let mut a = HeaderMap::new();
-        a.insert(header::AUTHORIZATION, "Bearer a".parse().unwrap());
-        let mut b = HeaderMap::new();
-        b.insert(header::AUTHORIZATION, "Bearer b".parse().unwrap());
-        let src = PrincipalSource::Authorization;
-        assert_ne!(principal(&src, &a), principal(&src, &b));
-        assert_eq!(
-            principal(&src, &HeaderMap::new()),
-            principal(&PrincipalSource::Anonymous, &a)
-        );
-    }
-
-    #[test]
-    fn a_repeated_principal_header_is_refused() {
-        let mut h = HeaderMap::new();
-        h.append(header::AUTHORIZATION, "Bearer alice".parse().unwrap());
-        h.append(header::AUTHORIZATION, "Bearer mallory".parse().unwrap());
-        let err = principal(&PrincipalSource::Authorization, &h).unwrap_err();
-        assert_eq!(err, "authorization header appears more than once");
-        let name = HeaderName::from_static("x-user");
-        h.append(&name, "alice".parse().unwrap());
-        assert!(principal(&PrincipalSource::Header(name.clone()), &h).is_ok());
-        h.append(&name, "mallory".parse().unwrap());
-        assert!(principal(&PrincipalSource::Header(name), &h).is_err());
     }
 }

@@ -5,8 +5,10 @@
 
 pub mod admin;
 pub mod internal;
+pub mod legacy;
 pub mod listener;
 pub mod mcp;
+pub mod request;
 pub mod respond;
 
 use bytes::Bytes;

@@ -5,7 +5,7 @@
 //! instead of a process spawned, then reaped).
 
 use super::Error;
-use super::session::{Session, Start};
+use super::session::{Begin, Start};
 use super::stdio;
 use tokio_util::sync::CancellationToken;
 
@@ -14,11 +14,12 @@ const PIPE_BYTES: usize = 64 * 1024;
 
 /// Starts the server on one end of a pipe, runs `initialize` over the other, and returns the
 /// handle of the task that owns the session; when that task ends, the server task is aborted.
-pub async fn spawn(
+pub(crate) async fn spawn<B: Begin>(
     opts: &mrtr_fixture::Options,
     start: Start,
     shutdown: CancellationToken,
-) -> Result<Session, Error> {
+    begin: B,
+) -> Result<B::Output, Error> {
     let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
     let (their_read, their_write) = tokio::io::split(theirs);
     let server = tokio::spawn(mrtr_fixture::serve(their_read, their_write, opts.clone()));
@@ -33,6 +34,7 @@ pub async fn spawn(
         start,
         shutdown,
         on_exit,
+        begin,
     )
     .await
 }

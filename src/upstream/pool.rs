@@ -10,7 +10,7 @@
 //! no input, so those always find a session to share, to start, or to take from an idle one.
 
 use super::Error;
-use super::session::{Rules, Session, Start};
+use super::session::{self, Begin, Rules, Session, Start};
 use super::{builtin, http, http_sse, stdio};
 use crate::config::{Authorization, Backend, Limits, Transport};
 use crate::metrics::{PoolMetrics, SessionEnd, SessionState};
@@ -329,28 +329,12 @@ impl Pool {
     }
 
     async fn start(self: &Arc<Self>, want: &Want<'_>, slot: Starting<'_>) -> Result<Lease, Error> {
-        let start = Start {
-            backend: self.backend.name.clone(),
-            protocol_version: self.backend.protocol_version,
-            declared: want.declared,
-            client_info: want.client_info.cloned(),
-            max_message_bytes: self.limits.max_line_bytes,
-            max_json_depth: self.limits.max_json_depth,
-            max_held_roots: self.limits.max_input_requests,
-            init_timeout: self.limits.request_timeout,
-            rules: self.rules.clone(),
-            authorization: want.authorization.cloned(),
-            tasks: self.sessions.clone(),
-            init_results: self.init_results.clone(),
-            restarted: self.lost.clone(),
-        };
-        let started = match &self.backend.transport {
-            Transport::Stdio(cfg) => stdio::spawn(cfg, start, self.shutdown.child_token()).await,
-            Transport::Builtin(opts) => {
-                builtin::spawn(opts, start, self.shutdown.child_token()).await
-            }
-            Transport::Http(cfg) | Transport::Sse(cfg) => self.start_http(cfg, start).await,
-        };
+        let start = self.start_of(
+            want.declared,
+            want.client_info.cloned(),
+            want.authorization.cloned(),
+        );
+        let started = self.connect(start, session::Pooled).await;
         let mut slots = self.slots.lock().expect("pool lock");
         slot.give_back(&mut slots);
         match started {
@@ -386,7 +370,50 @@ impl Pool {
         }
     }
 
-    async fn start_http(&self, cfg: &crate::config::Http, start: Start) -> Result<Session, Error> {
+    /// What a new session of this backend starts from.
+    pub(crate) fn start_of(
+        &self,
+        declared: Declared,
+        client_info: Option<Value>,
+        authorization: Option<::http::HeaderValue>,
+    ) -> Start {
+        Start {
+            backend: self.backend.name.clone(),
+            protocol_version: self.backend.protocol_version,
+            declared,
+            client_info,
+            max_message_bytes: self.limits.max_line_bytes,
+            max_json_depth: self.limits.max_json_depth,
+            max_held_roots: self.limits.max_input_requests,
+            init_timeout: self.limits.request_timeout,
+            rules: self.rules.clone(),
+            authorization,
+            tasks: self.sessions.clone(),
+            init_results: self.init_results.clone(),
+            restarted: self.lost.clone(),
+        }
+    }
+
+    /// A new session with the backend, handed to `begin` once `initialize` is through.
+    pub(crate) async fn connect<B: Begin>(
+        &self,
+        start: Start,
+        begin: B,
+    ) -> Result<B::Output, Error> {
+        let shutdown = self.shutdown.child_token();
+        match &self.backend.transport {
+            Transport::Stdio(cfg) => stdio::spawn(cfg, start, shutdown, begin).await,
+            Transport::Builtin(opts) => builtin::spawn(opts, start, shutdown, begin).await,
+            Transport::Http(cfg) | Transport::Sse(cfg) => self.start_http(cfg, start, begin).await,
+        }
+    }
+
+    async fn start_http<B: Begin>(
+        &self,
+        cfg: &crate::config::Http,
+        start: Start,
+        begin: B,
+    ) -> Result<B::Output, Error> {
         let mut headers = cfg.headers.clone();
         let credential = match &cfg.authorization {
             Authorization::Drop => None,
@@ -408,11 +435,11 @@ impl Pool {
         match &self.backend.transport {
             Transport::Sse(_) => {
                 let transport = http_sse::HttpSse::connect(link, rx, &cfg.url).await?;
-                super::session::open(transport, start, shutdown, async {}).await
+                begin.begin(transport, start, shutdown, async {}).await
             }
             _ => {
                 let transport = http::StreamableHttp::new(link, rx, cfg);
-                super::session::open(transport, start, shutdown, async {}).await
+                begin.begin(transport, start, shutdown, async {}).await
             }
         }
     }

@@ -8,7 +8,7 @@
 //! ([`launch`], [`write_lines`]).
 
 use super::Error;
-use super::session::{self, Inbound, Session, Start, Transport};
+use super::session::{Begin, Inbound, Start, Transport};
 use crate::config::Stdio;
 use crate::jsonrpc;
 use futures_util::StreamExt;
@@ -27,12 +27,13 @@ use tokio_util::sync::CancellationToken;
 /// How long a child gets to exit after its stdin closes before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// Spawns the child, runs `initialize`, and returns the handle of the task that owns it.
-pub async fn spawn(
+/// Spawns the child, runs `initialize`, and hands the session to `begin`.
+pub(crate) async fn spawn<B: Begin>(
     cfg: &Stdio,
     start: Start,
     shutdown: CancellationToken,
-) -> Result<Session, Error> {
+    begin: B,
+) -> Result<B::Output, Error> {
     let child = launch(cfg, &start.backend)?;
     connect(
         child.stdout,
@@ -41,6 +42,7 @@ pub async fn spawn(
         start,
         shutdown,
         child.on_exit,
+        begin,
     )
     .await
 }
@@ -181,15 +183,17 @@ async fn drain_stderr<R: AsyncRead + Unpin>(stderr: R, max: usize, mut log: impl
 /// Runs a session over any byte streams (the built-in backend and tests use in-memory pipes);
 /// at most `write_queue` lines wait for the writer: past them, the session task waits too, for
 /// as long as the writer waits on a write that makes no progress (`start.init_timeout`).
-pub async fn connect<R, W, F>(
+pub(crate) async fn connect<R, W, F, B>(
     reader: R,
     writer: W,
     write_queue: usize,
     start: Start,
     shutdown: CancellationToken,
     on_exit: F,
-) -> Result<Session, Error>
+    begin: B,
+) -> Result<B::Output, Error>
 where
+    B: Begin,
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -219,7 +223,7 @@ where
         max_depth: start.max_json_depth,
         unparseable: 0,
     };
-    session::open(lines, start, shutdown, on_exit).await
+    begin.begin(lines, start, shutdown, on_exit).await
 }
 
 /// How long a closing session's writer may take to pass on what is queued.
@@ -436,6 +440,7 @@ mod tests {
     #[tokio::test]
     async fn a_backend_that_stops_reading_ends_its_session_after_the_write_stalls() {
         use crate::upstream::CallEvent;
+        use crate::upstream::session;
         let (ours, theirs) = tokio::io::duplex(1024);
         let (our_read, our_write) = tokio::io::split(ours);
         let (their_read, mut their_write) = tokio::io::split(theirs);
@@ -474,6 +479,7 @@ mod tests {
             start,
             CancellationToken::new(),
             async {},
+            session::Pooled,
         )
         .await
         .expect("initialized");

@@ -18,6 +18,7 @@
 
 mod events;
 mod open;
+pub mod proxy;
 mod router;
 mod task;
 mod transport;
@@ -29,7 +30,7 @@ pub use events::Events;
 pub use open::{InitResults, Start};
 pub use router::Rules;
 
-pub(crate) use open::open;
+pub(crate) use open::{Begin, Pooled};
 pub(crate) use transport::{Direct, Inbound, Mark, Transport};
 
 use super::Error;

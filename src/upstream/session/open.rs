@@ -10,6 +10,7 @@ use super::{Error, InitInfo, Rules, Session};
 use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, Message};
 use crate::protocol::caps::Declared;
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,6 +81,16 @@ pub struct Start {
 }
 
 impl Start {
+    /// The `initialize` params of a pooled session: the version and capabilities [`Start`]
+    /// names, and the client's info (or the gateway's).
+    fn initialize_params(&self) -> Value {
+        json!({
+            "protocolVersion": self.protocol_version,
+            "capabilities": self.declared.to_legacy(self.protocol_version),
+            "clientInfo": self.client_info.clone().unwrap_or_else(|| json!({"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")})),
+        })
+    }
+
     /// The session could not be initialized, for `reason`.
     fn init_error(&self, reason: String) -> Error {
         Error::Init {
@@ -89,10 +100,48 @@ impl Start {
     }
 }
 
+/// What a connected transport becomes once `initialize` is through: a session of the
+/// bridge's pool ([`Pooled`]), or a legacy client's own session proxied
+/// ([`super::proxy::Proxy`]).
+pub(crate) trait Begin: Send + 'static {
+    type Output: Send + 'static;
+    fn begin<T, F>(
+        self,
+        transport: T,
+        start: Start,
+        shutdown: CancellationToken,
+        on_exit: F,
+    ) -> BoxFuture<'static, Result<Self::Output, Error>>
+    where
+        T: Transport,
+        F: Future<Output = ()> + Send + 'static;
+}
+
+/// A session of the bridge's pool, initialized with what [`Start`] declares.
+pub(crate) struct Pooled;
+
+impl Begin for Pooled {
+    type Output = Session;
+
+    fn begin<T, F>(
+        self,
+        transport: T,
+        start: Start,
+        shutdown: CancellationToken,
+        on_exit: F,
+    ) -> BoxFuture<'static, Result<Session, Error>>
+    where
+        T: Transport,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Box::pin(open(transport, start, shutdown, on_exit))
+    }
+}
+
 /// Runs `initialize` over `transport` and starts the task that owns the session; `on_exit` runs
 /// once the task has closed the transport (the stdio child is reaped there).
 pub(crate) async fn open<T, F>(
-    mut transport: T,
+    transport: T,
     start: Start,
     shutdown: CancellationToken,
     on_exit: F,
@@ -101,8 +150,26 @@ where
     T: Transport,
     F: Future<Output = ()> + Send + 'static,
 {
-    match initialize(&mut transport, &start).await {
-        Ok((version, result)) => Ok(launch(transport, start, shutdown, on_exit, version, result)),
+    let params = start.initialize_params();
+    let (transport, on_exit, version, result) =
+        initialized(transport, &start, params, on_exit).await?;
+    Ok(launch(transport, start, shutdown, on_exit, version, result))
+}
+
+/// `initialize` with `params` over `transport`; on failure the transport is closed and
+/// `on_exit` run before the error returns.
+pub(super) async fn initialized<T, F>(
+    mut transport: T,
+    start: &Start,
+    params: Value,
+    on_exit: F,
+) -> Result<(T, F, String, Value), Error>
+where
+    T: Transport,
+    F: Future<Output = ()> + Send + 'static,
+{
+    match initialize(&mut transport, start, params).await {
+        Ok((version, result)) => Ok((transport, on_exit, version, result)),
         Err(e) => {
             transport.close().await;
             on_exit.await;
@@ -116,8 +183,10 @@ where
 async fn initialize<T: Transport>(
     transport: &mut T,
     start: &Start,
+    params: Value,
 ) -> Result<(String, Value), Error> {
-    let outcome = tokio::time::timeout(start.init_timeout, handshake(transport, start)).await;
+    let outcome =
+        tokio::time::timeout(start.init_timeout, handshake(transport, start, params)).await;
     let Ok(result) = outcome else {
         return Err(start.init_error("no initialize result in time".into()));
     };
@@ -141,13 +210,12 @@ async fn initialize<T: Transport>(
 }
 
 /// Sends `initialize` and waits for its result, refusing the backend's requests meanwhile.
-async fn handshake<T: Transport>(transport: &mut T, start: &Start) -> Result<Value, Error> {
+async fn handshake<T: Transport>(
+    transport: &mut T,
+    start: &Start,
+    params: Value,
+) -> Result<Value, Error> {
     let init_error = |reason: String| start.init_error(reason);
-    let params = json!({
-        "protocolVersion": start.protocol_version,
-        "capabilities": start.declared.to_legacy(start.protocol_version),
-        "clientInfo": start.client_info.clone().unwrap_or_else(|| json!({"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")})),
-    });
     let init = Message::Request {
         id: Id::Number(0),
         method: "initialize".into(),

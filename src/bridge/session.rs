@@ -1,0 +1,391 @@
+//! Legacy clients' sessions: what an `initialize` on the gateway's face opens. Each session is
+//! one backend session of its own (a faithful proxy, `upstream::session::proxy`), kept here
+//! under a random key; the client holds a sealed `Mcp-Session-Id` naming the key, its
+//! principal, this replica and the backend, which is opened once and checked once
+//! ([`Bridge::session`]). Sessions are bounded per principal and in total, and end when idle,
+//! when the client deletes them, or when their backend session ends.
+//!
+//! Nothing here knows HTTP: a face hands over the client's messages and reads the streams the
+//! session gives back.
+
+use super::Bridge;
+use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Message};
+use crate::protocol::caps::Declared;
+use crate::protocol::{self, LEGACY};
+use crate::seal::{Digest, ParkId, SessionClaims};
+use crate::upstream::era::Era;
+use crate::upstream::session::proxy::{self, Proxied, Proxy};
+use dashmap::DashMap;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+pub use proxy::Refused;
+
+/// The sessions of this replica.
+#[derive(Debug, Default)]
+pub struct Registry {
+    live: DashMap<ParkId, Arc<Live>>,
+    counts: Mutex<Counts>,
+    /// Whether the task that ends idle sessions runs.
+    sweeping: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_principal: HashMap<Digest, usize>,
+}
+
+/// One legacy client's session.
+#[derive(Debug)]
+pub struct Live {
+    key: ParkId,
+    principal: Digest,
+    upstream: Proxied,
+    /// The receiving end of the session's own messages, while no GET stream holds it.
+    standalone: Mutex<Option<mpsc::Receiver<Value>>>,
+    /// Requests in flight and streams open: a busy session is never idle.
+    busy: AtomicUsize,
+    idle_since: Mutex<Instant>,
+}
+
+/// What an `initialize` opened: the sealed session id, and the result for the client.
+#[derive(Debug)]
+pub struct Opened {
+    pub session_id: String,
+    pub result: Value,
+}
+
+/// Why a session id names no session here: every such failure looks the same to the client
+/// (404, so it initializes again).
+#[derive(Debug)]
+pub struct Gone;
+
+/// Keeps a session busy while it lives: a request's answer stream, or the GET stream.
+#[derive(Debug)]
+pub struct Busy(Arc<Live>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.0.idle_since.lock().expect("idle lock") = Instant::now();
+        }
+    }
+}
+
+/// A request's answer stream: what the backend says about it, its response last.
+#[derive(Debug)]
+pub struct Answer {
+    pub rx: mpsc::Receiver<Value>,
+    _busy: Busy,
+}
+
+/// The session's own stream (the GET stream): the backend's messages that belong to no
+/// request. Hands its receiver back to the session when dropped.
+#[derive(Debug)]
+pub struct Listen {
+    rx: Option<mpsc::Receiver<Value>>,
+    busy: Busy,
+}
+
+impl Listen {
+    /// The next message, or `None` once the session is over.
+    pub async fn recv(&mut self) -> Option<Value> {
+        let rx = self.rx.as_mut()?;
+        tokio::select! {
+            msg = rx.recv() => msg,
+            () = self.busy.0.upstream.ended() => None,
+        }
+    }
+}
+
+impl Drop for Listen {
+    fn drop(&mut self) {
+        *self.busy.0.standalone.lock().expect("standalone lock") = self.rx.take();
+    }
+}
+
+impl Live {
+    fn busy(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// The version the session negotiated.
+    pub fn version(&self) -> &str {
+        &self.upstream.version
+    }
+
+    /// Sends the client's request upstream.
+    pub async fn request(
+        self: &Arc<Self>,
+        id: Id,
+        method: String,
+        params: Option<Value>,
+    ) -> Answer {
+        let busy = self.busy();
+        let rx = self.upstream.request(id, method, params).await;
+        Answer { rx, _busy: busy }
+    }
+
+    /// Passes the client's notification or response upstream.
+    pub async fn send(&self, msg: Message) -> Result<(), Refused> {
+        self.upstream.send(msg).await
+    }
+
+    /// The session's own stream; `None` while another stream has it.
+    pub fn listen(self: &Arc<Self>) -> Option<Listen> {
+        let rx = self.standalone.lock().expect("standalone lock").take()?;
+        Some(Listen {
+            rx: Some(rx),
+            busy: self.busy(),
+        })
+    }
+
+    fn idle_for(&self, now: Instant) -> Option<Duration> {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = *self.idle_since.lock().expect("idle lock");
+        Some(now.saturating_duration_since(since))
+    }
+}
+
+impl Registry {
+    fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Counts one more session for `principal`, unless a limit says no.
+    fn reserve(&self, principal: Digest, per_principal: usize, total: usize) -> Result<(), String> {
+        let mut counts = self.counts.lock().expect("counts lock");
+        if counts.total >= total {
+            return Err(format!(
+                "too many sessions: this gateway holds {total}, all that limits.max_sessions_total allows; end one (DELETE) or try again later"
+            ));
+        }
+        let held = counts.per_principal.entry(principal).or_default();
+        if *held >= per_principal {
+            return Err(format!(
+                "too many sessions for this principal: it holds {per_principal}, all that limits.max_sessions_per_principal allows; end one (DELETE) or try again later"
+            ));
+        }
+        *held += 1;
+        counts.total += 1;
+        Ok(())
+    }
+
+    fn release(&self, principal: &Digest) {
+        let mut counts = self.counts.lock().expect("counts lock");
+        counts.total -= 1;
+        if let Some(held) = counts.per_principal.get_mut(principal) {
+            *held -= 1;
+            if *held == 0 {
+                counts.per_principal.remove(principal);
+            }
+        }
+    }
+
+    /// Ends the session under `key`, if it still lives: its backend session closes.
+    fn end(&self, key: &ParkId) {
+        if let Some((_, live)) = self.live.remove(key) {
+            self.release(&live.principal);
+            live.upstream.close();
+        }
+    }
+}
+
+/// A client's `initialize`, as its face read it.
+#[derive(Debug)]
+pub struct Initialize {
+    pub params: Map<String, Value>,
+    pub principal: Digest,
+    pub authorization: Option<http::HeaderValue>,
+}
+
+impl Bridge {
+    /// Opens a legacy client's session with `backend`. The client's version is asked for
+    /// upstream if it is a legacy one, else the newest legacy version; the backend's answer,
+    /// the version it chose included, is the client's result.
+    pub async fn initialize(
+        self: &Arc<Self>,
+        backend: usize,
+        init: Initialize,
+    ) -> Result<Opened, ErrorObject> {
+        if self.is_draining() {
+            return Err(super::shutting_down());
+        }
+        let upstream = self.upstreams[backend].as_ref();
+        let era = self.eras[backend].era(upstream, init.authorization.as_ref(), &self.metrics);
+        if era.await == Era::Modern {
+            return Err(ErrorObject::new(
+                INTERNAL_ERROR,
+                "this backend speaks 2026-07-28 only, which legacy clients cannot reach through the gateway yet; use a 2026-07-28 client",
+            ));
+        }
+        let limits = &self.config.limits;
+        let refused = |why: String| ErrorObject::new(INVALID_REQUEST, why);
+        self.sessions_held
+            .reserve(
+                init.principal,
+                limits.max_sessions_per_principal,
+                limits.max_sessions_total,
+            )
+            .map_err(refused)?;
+        let principal = init.principal;
+        let opened = self.open_session(backend, init).await;
+        if opened.is_err() {
+            // Reserved above, never registered.
+            self.sessions_held.release(&principal);
+        }
+        opened
+    }
+
+    async fn open_session(
+        self: &Arc<Self>,
+        backend: usize,
+        init: Initialize,
+    ) -> Result<Opened, ErrorObject> {
+        let Initialize {
+            mut params,
+            principal,
+            authorization,
+        } = init;
+        let asked = params.get("protocolVersion").and_then(Value::as_str);
+        let version = asked
+            .filter(|v| protocol::is_legacy(v))
+            .unwrap_or(LEGACY[0]);
+        params.insert("protocolVersion".into(), Value::from(version));
+        let capabilities = params.get("capabilities").and_then(Value::as_object);
+        let declared = capabilities.map(Declared::from_modern).unwrap_or_default();
+        let pool = &self.pools[backend];
+        let start = pool.start_of(declared, params.get("clientInfo").cloned(), authorization);
+        let (tx, rx) = mpsc::channel(proxy::DEPTH);
+        let begin = Proxy {
+            params: Value::Object(params),
+            session: tx,
+            max_asked: self.config.limits.max_input_requests,
+        };
+        let upstream = pool
+            .connect(start, begin)
+            .await
+            .map_err(|e| super::upstream_error(&e))?;
+        let key = ParkId::random();
+        let claims = SessionClaims {
+            session: key,
+            owner: self.config.state.owner.clone(),
+            owner_addr: self.advertise().map(str::to_owned),
+            principal,
+            backend: self.config.backends[backend].name.clone(),
+            version: upstream.version.clone(),
+            capabilities: declared.fingerprint(),
+        };
+        let result = (*upstream.result).clone();
+        let ended = upstream.ended();
+        let live = Arc::new(Live {
+            key,
+            principal,
+            upstream,
+            standalone: Mutex::new(Some(rx)),
+            busy: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+        });
+        self.sessions_held.live.insert(key, live);
+        self.watch(key, ended);
+        tracing::info!(backend = %claims.backend, version = %claims.version, "legacy session opened");
+        Ok(Opened {
+            session_id: self.keys.seal_session(&claims),
+            result,
+        })
+    }
+
+    /// Forgets the session once its backend session ends, and starts the sweep of idle
+    /// sessions if it is not running yet.
+    fn watch(self: &Arc<Self>, key: ParkId, ended: impl Future<Output = ()> + Send + 'static) {
+        let bridge = Arc::downgrade(self);
+        tokio::spawn(async move {
+            ended.await;
+            if let Some(bridge) = bridge.upgrade() {
+                bridge.sessions_held.end(&key);
+            }
+        });
+        if !self.sessions_held.sweeping.swap(true, Ordering::AcqRel) {
+            tokio::spawn(sweep(Arc::downgrade(self), self.config.limits.session_idle));
+        }
+    }
+
+    /// The session `token` names, if it is one of `principal`'s with `backend` held here.
+    /// The id is opened once and checked once; every failure is the same [`Gone`].
+    pub fn session(
+        &self,
+        backend: usize,
+        token: &str,
+        principal: &Digest,
+    ) -> Result<Arc<Live>, Gone> {
+        let claims = self.keys.open_session(token).map_err(|_| Gone)?;
+        let ours = claims.principal == *principal
+            && claims.backend == self.config.backends[backend].name
+            && claims.owner == self.config.state.owner;
+        if !ours {
+            return Err(Gone);
+        }
+        let live = self
+            .sessions_held
+            .live
+            .get(&claims.session)
+            .ok_or(Gone)?
+            .clone();
+        if !live.upstream.is_alive() {
+            self.sessions_held.end(&claims.session);
+            return Err(Gone);
+        }
+        Ok(live)
+    }
+
+    /// Ends a session at its client's request (DELETE).
+    pub fn end_session(&self, live: &Live) {
+        self.sessions_held.end(&live.key);
+    }
+
+    /// Legacy client sessions open now.
+    pub fn legacy_sessions(&self) -> usize {
+        self.sessions_held.len()
+    }
+}
+
+/// Ends sessions idle for `idle` or longer, checking a few times per `idle`, for as long as
+/// the engine lives.
+async fn sweep(bridge: Weak<Bridge>, idle: Duration) {
+    let every = (idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(bridge) = bridge.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let idle_keys: Vec<ParkId> = bridge
+            .sessions_held
+            .live
+            .iter()
+            .filter(|e| e.value().idle_for(now).is_some_and(|d| d >= idle))
+            .map(|e| *e.key())
+            .collect();
+        for key in idle_keys {
+            tracing::info!("legacy session idle for {idle:?}: ended");
+            bridge.sessions_held.end(&key);
+        }
+    }
+}
+
+/// The error a client gets for a response to a request it was never sent.
+pub fn unasked(id: &Id) -> ErrorObject {
+    ErrorObject::new(
+        jsonrpc::INVALID_REQUEST,
+        format!("no request of this session with id {id} awaits an answer"),
+    )
+}
