@@ -452,3 +452,41 @@ pub fn assert_each_probed_once(admin: u16, found: &[(&str, &str)]) {
         }
     }
 }
+
+// The legacy client: `legacy_driver.py`, a PyPI `mcp==1.30.0` `ClientSession` that calls every
+// tool of FastMCP (`legacy_stdio_server.py`) or of the built-in fixture server.
+
+/// Starts the legacy driver against `url` (Streamable HTTP, or HTTP+SSE with `--sse` in
+/// `extra`) as a principal of its own (`Authorization: Bearer token-TAG`, as `run_client`).
+/// `extra` must name the server whose tools it drives (`--server fastmcp|fixture`) and may add
+/// `--sse` and `--skip NAME`.
+pub fn run_legacy_driver(url: &str, tag: &str, extra: &[&str]) -> Proc {
+    Proc::spawn(
+        &format!("legacy driver {tag}"),
+        Command::new(legacy_python())
+            .arg(root().join("tests/interop/legacy_driver.py"))
+            .args([url, "--tag", tag, "--bearer", &bearer(tag)])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+}
+
+/// Waits for a legacy driver, asserts that every one of its checks passed, and returns its
+/// summary (the checks passed and skipped, the server's `session_id`, the protocol version).
+pub fn assert_legacy_driver_passed(driver: Proc, tag: &str) -> serde_json::Value {
+    let out = driver.finish(CLIENT_RUN);
+    assert!(
+        out.status.success(),
+        "legacy driver {tag} failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap_or("")).expect("summary line");
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["failed"], serde_json::json!([]), "{summary}");
+    let passed = summary["passed"].as_array().map_or(0, Vec::len);
+    assert!(passed >= 4, "{summary}");
+    summary
+}
