@@ -15,6 +15,7 @@ mod plain;
 mod relay;
 mod replay;
 mod retry;
+mod reverse;
 pub mod session;
 mod tools;
 

@@ -133,7 +133,7 @@ fn unwrap_state(
 /// notifications go to the client as they come; the response is returned with the stdio child
 /// that answered. Bounded by `request_timeout` while nothing comes; a stream that carries
 /// notifications may run longer, as a legacy call's does.
-async fn exchange(
+pub(super) async fn exchange(
     bridge: &Bridge,
     backend: usize,
     req: &Request,

@@ -9,7 +9,8 @@
 //! session gives back.
 
 use super::Bridge;
-use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Message};
+use super::reverse::{self, Reverse};
+use crate::jsonrpc::{self, ErrorObject, INVALID_REQUEST, Id, Message};
 use crate::protocol::caps::Declared;
 use crate::protocol::{self, LEGACY};
 use crate::seal::{Digest, ParkId, SessionClaims};
@@ -23,6 +24,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 pub use proxy::Refused;
 
@@ -41,12 +43,50 @@ struct Counts {
     per_principal: HashMap<Digest, usize>,
 }
 
+/// Where a session's requests go: its own backend session (a legacy backend), or the reverse
+/// bridge (a 2026-07-28 backend).
+#[derive(Debug)]
+enum Link {
+    Proxied(Proxied),
+    Reverse(Arc<Reverse>),
+}
+
+impl Link {
+    fn version(&self) -> &str {
+        match self {
+            Link::Proxied(p) => &p.version,
+            Link::Reverse(r) => &r.version,
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        match self {
+            Link::Proxied(p) => p.is_alive(),
+            Link::Reverse(r) => r.is_alive(),
+        }
+    }
+
+    fn ended(&self) -> WaitForCancellationFutureOwned {
+        match self {
+            Link::Proxied(p) => p.ended(),
+            Link::Reverse(r) => r.ended(),
+        }
+    }
+
+    fn close(&self) {
+        match self {
+            Link::Proxied(p) => p.close(),
+            Link::Reverse(r) => r.close(),
+        }
+    }
+}
+
 /// One legacy client's session.
 #[derive(Debug)]
 pub struct Live {
     key: ParkId,
     principal: Digest,
-    upstream: Proxied,
+    upstream: Link,
     /// The receiving end of the session's own messages, while no GET stream holds it.
     standalone: Mutex<Option<mpsc::Receiver<Value>>>,
     /// Requests in flight and streams open: a busy session is never idle.
@@ -118,7 +158,7 @@ impl Live {
 
     /// The version the session negotiated.
     pub fn version(&self) -> &str {
-        &self.upstream.version
+        self.upstream.version()
     }
 
     /// Sends the client's request upstream.
@@ -129,13 +169,19 @@ impl Live {
         params: Option<Value>,
     ) -> Answer {
         let busy = self.busy();
-        let rx = self.upstream.request(id, method, params).await;
+        let rx = match &self.upstream {
+            Link::Proxied(p) => p.request(id, method, params).await,
+            Link::Reverse(r) => r.request(id, method, params),
+        };
         Answer { rx, _busy: busy }
     }
 
     /// Passes the client's notification or response upstream.
     pub async fn send(&self, msg: Message) -> Result<(), Refused> {
-        self.upstream.send(msg).await
+        match &self.upstream {
+            Link::Proxied(p) => p.send(msg).await,
+            Link::Reverse(r) => r.send(msg),
+        }
     }
 
     /// The session's own stream; `None` while another stream has it.
@@ -220,14 +266,6 @@ impl Bridge {
         if self.is_draining() {
             return Err(super::shutting_down());
         }
-        let upstream = self.upstreams[backend].as_ref();
-        let era = self.eras[backend].era(upstream, init.authorization.as_ref(), &self.metrics);
-        if era.await == Era::Modern {
-            return Err(ErrorObject::new(
-                INTERNAL_ERROR,
-                "this backend speaks 2026-07-28 only, which legacy clients cannot reach through the gateway yet; use a 2026-07-28 client",
-            ));
-        }
         let limits = &self.config.limits;
         let refused = |why: String| ErrorObject::new(INVALID_REQUEST, why);
         self.sessions_held
@@ -259,22 +297,30 @@ impl Bridge {
         let asked = params.get("protocolVersion").and_then(Value::as_str);
         let version = asked
             .filter(|v| protocol::is_legacy(v))
-            .unwrap_or(LEGACY[0]);
-        params.insert("protocolVersion".into(), Value::from(version));
+            .unwrap_or(LEGACY[0])
+            .to_owned();
+        params.insert("protocolVersion".into(), Value::from(version.as_str()));
         let capabilities = params.get("capabilities").and_then(Value::as_object);
         let declared = capabilities.map(Declared::from_modern).unwrap_or_default();
-        let pool = &self.pools[backend];
-        let start = pool.start_of(declared, params.get("clientInfo").cloned(), authorization);
-        let (tx, rx) = mpsc::channel(proxy::DEPTH);
-        let begin = Proxy {
-            params: Value::Object(params),
-            session: tx,
-            max_asked: self.config.limits.max_input_requests,
+        let upstream = self.upstreams[backend].as_ref();
+        let era = self.eras[backend].era(upstream, authorization.as_ref(), &self.metrics);
+        let (link, result, standalone) = if era.await == Era::Modern {
+            let client = reverse::Client {
+                principal,
+                authorization,
+                version,
+                capabilities: params.remove("capabilities"),
+                client_info: params.remove("clientInfo"),
+            };
+            let (reverse, result) = Reverse::open(self, backend, client).await?;
+            // Nothing of a stateless backend belongs to no request: the GET stream stays quiet.
+            let (_, rx) = mpsc::channel(1);
+            (Link::Reverse(reverse), result, rx)
+        } else {
+            let (proxied, rx) = self.proxy(backend, params, declared, authorization).await?;
+            let result = (*proxied.result).clone();
+            (Link::Proxied(proxied), result, rx)
         };
-        let upstream = pool
-            .connect(start, begin)
-            .await
-            .map_err(|e| super::upstream_error(&e))?;
         let key = ParkId::random();
         let claims = SessionClaims {
             session: key,
@@ -282,16 +328,15 @@ impl Bridge {
             owner_addr: self.advertise().map(str::to_owned),
             principal,
             backend: self.config.backends[backend].name.clone(),
-            version: upstream.version.clone(),
+            version: link.version().to_owned(),
             capabilities: declared.fingerprint(),
         };
-        let result = (*upstream.result).clone();
-        let ended = upstream.ended();
+        let ended = link.ended();
         let live = Arc::new(Live {
             key,
             principal,
-            upstream,
-            standalone: Mutex::new(Some(rx)),
+            upstream: link,
+            standalone: Mutex::new(Some(standalone)),
             busy: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
         });
@@ -302,6 +347,30 @@ impl Bridge {
             session_id: self.keys.seal_session(&claims),
             result,
         })
+    }
+
+    /// A backend session of the client's own, initialized with its params; with the receiving
+    /// end of the session's own messages.
+    async fn proxy(
+        &self,
+        backend: usize,
+        params: Map<String, Value>,
+        declared: Declared,
+        authorization: Option<http::HeaderValue>,
+    ) -> Result<(Proxied, mpsc::Receiver<Value>), ErrorObject> {
+        let pool = &self.pools[backend];
+        let start = pool.start_of(declared, params.get("clientInfo").cloned(), authorization);
+        let (tx, rx) = mpsc::channel(proxy::DEPTH);
+        let begin = Proxy {
+            params: Value::Object(params),
+            session: tx,
+            max_asked: self.config.limits.max_input_requests,
+        };
+        let proxied = pool
+            .connect(start, begin)
+            .await
+            .map_err(|e| super::upstream_error(&e))?;
+        Ok((proxied, rx))
     }
 
     /// Forgets the session once its backend session ends, and starts the sweep of idle

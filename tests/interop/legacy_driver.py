@@ -8,6 +8,10 @@ and checks that each result is exactly what its callbacks answered:
 - `fastmcp`, the tools of `legacy_stdio_server.py`: `ask_name` accepted, declined and
   cancelled, `ask_llm` (sampling), `roots`, `everything` (all three in one call) and `whoami`
   (any text);
+- `modern`, the 2026-07-28 server `modern_server.py` (reached through the gateway's reverse
+  bridge): `echo`, `ask_name` accepted, declined and cancelled, `ask_sample`, `ask_roots`,
+  `two_rounds` (three round trips: elicit, then sample, then the result), `progress` (with
+  its log messages once `logging/setLevel` was sent) and `fail`;
 - `fixture`, the project's own legacy server: `echo`, `ask_form` accepted, declined and
   cancelled, `sample`, `list_roots`, `all_three`, `two_step` (two elicitations, the second
   quoting the first answer), `progress` (its notifications), `log_levels` (its log messages,
@@ -23,7 +27,7 @@ reply shows. An elicitation whose message contains `[decline]` or `[cancel]` is 
 cancelled; any other is accepted.
 
 Usage:
-    legacy_driver.py URL --server fastmcp|fixture [--sse] [--tag alice] [--bearer TOKEN]
+    legacy_driver.py URL --server fastmcp|fixture|modern [--sse] [--tag alice] [--bearer TOKEN]
                      [--timeout 90] [--skip NAME]...
 
 `--skip NAME` (repeatable) leaves out the check of that name. Every check runs within
@@ -360,7 +364,80 @@ def fixture_checks(s: Session) -> dict[str, Check]:
     }
 
 
-CHECKS = {"fastmcp": fastmcp_checks, "fixture": fixture_checks}
+MODERN_TOOLS = ["ask_name", "ask_roots", "ask_sample", "echo", "fail", "progress", "two_rounds"]
+MODERN_MAX_TOKENS = 50
+
+
+async def check_modern_progress(s: Session) -> tuple[Any, Any]:
+    """`modern_server.py`'s `progress`: its notifications reach `progress_callback`, and its log
+    messages the logging callback (the level was set first, so it rides the call's `_meta`)."""
+    assert s.client is not None
+    await s.client.set_logging_level("info")
+    seen: list[list[Any]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append([progress, total, message])
+
+    start = len(s.logs)
+    got = await s.call("progress", {"steps": PROGRESS_STEPS}, progress_callback=on_progress)
+    steps = range(1, PROGRESS_STEPS + 1)
+    notes = [[float(n), float(PROGRESS_STEPS), f"step {n} of {PROGRESS_STEPS}"] for n in steps]
+    logs = [f"progress step {n}" for n in steps]
+    got_logs = [entry[2] for entry in s.logs[start:]]
+    return (
+        {"result": f"done:{PROGRESS_STEPS}", "asked": [], "progress": notes, "logs": logs},
+        {**got, "progress": seen, "logs": got_logs},
+    )
+
+
+async def check_modern_fail(s: Session) -> tuple[Any, Any]:
+    """`modern_server.py`'s `fail`: the backend's JSON-RPC error arrives as it was raised."""
+    message = f"failed on purpose for {s.answers.tag}"
+    try:
+        got = await s.call("fail", {"code": FAIL_CODE, "message": message})
+    except McpError as exc:
+        return [FAIL_CODE, message, {"server": "interop-modern"}], [exc.error.code, exc.error.message, exc.error.data]
+    return "a JSON-RPC error", got
+
+
+def modern_checks(s: Session) -> dict[str, Check]:
+    """The tools of `modern_server.py`, a 2026-07-28 server reached through the reverse bridge:
+    its `InputRequiredResult` rounds arrive as requests to this client."""
+    a = s.answers
+    tag = a.tag
+
+    def text(tool: str, arguments: dict[str, Any], result: str, asked: list[list[Any]]) -> Check:
+        async def check() -> tuple[Any, Any]:
+            return {"result": result, "asked": asked}, await s.call(tool, arguments)
+
+        return check
+
+    message = f"Name for {tag}?"
+    decline, cancel = f"{message} [decline]", f"{message} [cancel]"
+    prompt = f"prompt-{tag}"
+    return {
+        "ping": lambda: check_ping(s),
+        "tools/list": lambda: check_tools(s, MODERN_TOOLS),
+        "echo": text("echo", {"text": f"echo-{tag}"}, f"echo-{tag}", []),
+        "ask_name accept": text("ask_name", {"message": message}, f"accepted:{a.name}", [elicited(message)]),
+        "ask_name decline": text("ask_name", {"message": decline}, "declined", [elicited(decline)]),
+        "ask_name cancel": text("ask_name", {"message": cancel}, "cancelled", [elicited(cancel)]),
+        "ask_sample": text(
+            "ask_sample", {"prompt": prompt}, a.sampled(prompt), [sampled(prompt, MODERN_MAX_TOKENS)]
+        ),
+        "ask_roots": text("ask_roots", {}, ",".join(a.roots), [ROOTS_LISTED]),
+        "two_rounds": text(
+            "two_rounds",
+            {"message": message, "prompt": prompt},
+            f"accepted:{a.name}|{a.sampled(prompt)}",
+            [elicited(message), sampled(prompt, MODERN_MAX_TOKENS)],
+        ),
+        "progress": lambda: check_modern_progress(s),
+        "fail error": lambda: check_modern_fail(s),
+    }
+
+
+CHECKS = {"fastmcp": fastmcp_checks, "fixture": fixture_checks, "modern": modern_checks}
 
 
 @asynccontextmanager

@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tokio_util::task::TaskTracker;
 
 /// Where messages for the client go: JSON-RPC values, as the client reads them.
@@ -140,7 +140,7 @@ impl Proxied {
     }
 
     /// Resolves once the backend's session is over (closed, or lost).
-    pub fn ended(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn ended(&self) -> WaitForCancellationFutureOwned {
         self.shared.stop.clone().cancelled_owned()
     }
 
