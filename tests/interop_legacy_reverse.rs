@@ -104,3 +104,57 @@ async fn a_cancelled_request_is_cancelled_upstream() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(cancelled, "the backend saw the call cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_changes_and_resource_updates_reach_the_get_stream() {
+    let (_server, backend) = start_modern_server_http();
+    let (_gateway, url) = start_gateway(&http_backend(&backend));
+    let mut c = Legacy::new(&url);
+    c.initialize("2025-11-25", json!({})).await;
+    let uri = "interop://profile/ada";
+    let (subscribed, _) = c
+        .call(1, "resources/subscribe", json!({"uri": uri}), |r| {
+            panic!("{r}")
+        })
+        .await;
+    assert_eq!(subscribed["result"], json!({}), "{subscribed:#}");
+    let mut stream = c.send("GET", None, &[]).await;
+    assert_eq!(stream.status, 200);
+    // The upstream listen opens in the background: change things until it has seen them.
+    let changer = c.clone();
+    let changing = tokio::spawn(async move {
+        for id in 2..40 {
+            let call = json!({"name": "changed", "arguments": {"uri": "interop://profile/ada"}});
+            changer
+                .call(id, "tools/call", call, |r| panic!("{r}"))
+                .await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let mut methods = std::collections::BTreeSet::new();
+    while methods.len() < 2 {
+        let note = stream
+            .next()
+            .await
+            .expect("a notification on the GET stream");
+        let method = note["method"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            note["params"]["_meta"]
+                .get("io.modelcontextprotocol/subscriptionId")
+                .is_none(),
+            "legacy shape: {note:#}"
+        );
+        if method == "notifications/resources/updated" {
+            assert_eq!(note["params"]["uri"], uri, "{note:#}");
+        }
+        methods.insert(method);
+    }
+    changing.abort();
+    assert_eq!(
+        methods.into_iter().collect::<Vec<_>>(),
+        [
+            "notifications/resources/updated",
+            "notifications/tools/list_changed"
+        ]
+    );
+}

@@ -305,7 +305,9 @@ impl Bridge {
         let upstream = self.upstreams[backend].as_ref();
         let era = self.eras[backend].era(upstream, authorization.as_ref(), &self.metrics);
         let (link, result, standalone) = if era.await == Era::Modern {
+            let (tx, rx) = mpsc::channel(proxy::DEPTH);
             let client = reverse::Client {
+                session: tx,
                 principal,
                 authorization,
                 version,
@@ -313,8 +315,6 @@ impl Bridge {
                 client_info: params.remove("clientInfo"),
             };
             let (reverse, result) = Reverse::open(self, backend, client).await?;
-            // Nothing of a stateless backend belongs to no request: the GET stream stays quiet.
-            let (_, rx) = mpsc::channel(1);
             (Link::Reverse(reverse), result, rx)
         } else {
             let (proxied, rx) = self.proxy(backend, params, declared, authorization).await?;

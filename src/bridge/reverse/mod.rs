@@ -10,6 +10,8 @@
 //! What the client may answer is what was asked of it: each request sent to the client has an
 //! id of this session's own sequence, and a response to any other id is refused.
 
+mod listen;
+
 use super::relay::exchange;
 use super::{Bridge, Reply, Request};
 use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, Message};
@@ -19,6 +21,7 @@ use crate::protocol::meta::{self, RequestMeta};
 use crate::protocol::{MODERN, param};
 use crate::seal::Digest;
 use crate::upstream::session::proxy::{self, Outbound, Refused};
+use listen::Listening;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +51,10 @@ pub struct Reverse {
     next_ask: AtomicU64,
     /// The client's requests in flight, by its ids: cancelled by `notifications/cancelled`.
     inflight: Mutex<HashMap<Id, CancellationToken>>,
+    /// The session's own stream (the client's GET stream): list changes and resource updates.
+    session: Outbound,
+    /// What the upstream `subscriptions/listen` asks for, and the task that holds it open.
+    listen: Mutex<Listening>,
     /// How long the client may take to answer a request of the backend (`state.park_ttl`, as
     /// long as a parked call waits for its retry).
     answer_wait: std::time::Duration,
@@ -57,6 +64,8 @@ pub struct Reverse {
 /// A client's session details the reverse bridge starts from.
 #[derive(Debug)]
 pub struct Client {
+    /// Where the session's own messages go (the client's GET stream).
+    pub session: Outbound,
     pub principal: Digest,
     pub authorization: Option<http::HeaderValue>,
     pub version: String,
@@ -97,6 +106,8 @@ impl Reverse {
             asked: Mutex::default(),
             next_ask: AtomicU64::new(1),
             inflight: Mutex::default(),
+            session: client.session,
+            listen: Mutex::default(),
             answer_wait: bridge.config.state.park_ttl,
             stop: CancellationToken::new(),
         });
@@ -127,6 +138,15 @@ impl Reverse {
                 || json!({"name": bridge.config.backends[backend].name, "version": "unknown"}),
             );
         result.insert("serverInfo".into(), info);
+        let changes = &result["capabilities"];
+        let list_changed = |what: &str| changes[what]["listChanged"] == true;
+        {
+            let mut listen = reverse.lock_listen();
+            listen.tools = list_changed("tools");
+            listen.prompts = list_changed("prompts");
+            listen.resources = list_changed("resources");
+        }
+        reverse.relisten();
         Ok((reverse, Value::Object(result)))
     }
 
@@ -156,8 +176,10 @@ impl Reverse {
             _ => Map::new(),
         };
         let local = match method.as_str() {
-            "ping" | "resources/subscribe" | "resources/unsubscribe" => Some(Ok(json!({}))),
+            "ping" => Some(Ok(json!({}))),
             "logging/setLevel" => Some(self.set_level(&params)),
+            "resources/subscribe" => Some(self.subscribe(&params, true)),
+            "resources/unsubscribe" => Some(self.subscribe(&params, false)),
             _ => None,
         };
         if let Some(outcome) = local {
