@@ -315,3 +315,35 @@ async fn an_idle_session_ends_and_its_client_is_told_to_initialize_again() {
     assert_eq!(again["result"]["protocolVersion"], "2025-11-25");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_2025_03_26_session_takes_batches_and_later_versions_do_not() {
+    let gw = Gateway::start().await;
+    let mut c = Legacy::new(&gw.url);
+    c.initialize("2025-03-26", json!({})).await;
+    let echo = |id: u64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": text}}})
+    };
+    let batch = json!([echo(1, "one"), {"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "t", "progress": 1}}, echo(2, "two")]);
+    let mut stream = c.post(&batch).await;
+    assert_eq!(stream.status, 200);
+    let mut got = std::collections::BTreeMap::new();
+    while let Some(msg) = stream.next().await {
+        got.insert(msg["id"].as_u64().unwrap(), tool_text(&msg));
+    }
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert_eq!(got[&1], json!({"echo": "one"}));
+    assert_eq!(got[&2], json!({"echo": "two"}));
+    // Notifications alone: accepted.
+    let notes = json!([{"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}]);
+    assert_eq!(c.post(&notes).await.status, 202);
+
+    let mut later = Legacy::new(&gw.url);
+    later.initialize("2025-06-18", json!({})).await;
+    let r = later.post(&json!([echo(1, "one"), echo(2, "two")])).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json().await["error"]["code"], -32600);
+    gw.stop().await;
+}

@@ -7,13 +7,14 @@
 //! (`bridge::session`); this face only reads and writes HTTP.
 
 use super::Body;
-use super::request::{principal, read_message, single};
+use super::request::{principal, read_messages, single};
 use super::respond::{self, Refusal};
 use crate::bridge::Bridge;
 use crate::bridge::session::{self, Answer, Initialize, Live, Refused};
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, INVALID_REQUEST, Id, Message, Payload};
 use crate::protocol::header::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use hyper::body::{Frame, Incoming};
 use serde_json::Value;
@@ -124,45 +125,95 @@ fn check_version(headers: &HeaderMap) -> Result<(), Refusal> {
     ))
 }
 
-/// A POST of a session: one JSON-RPC message.
+/// A POST of a session: one JSON-RPC message, or (2025-03-26 only) a batch of them.
 async fn post(
     bridge: &Bridge,
     live: &Arc<Live>,
     req: hyper::Request<Incoming>,
 ) -> Result<hyper::Response<Body>, Refusal> {
-    let (_, message) = read_message(bridge, req).await?;
+    let batches = live.version() == "2025-03-26";
+    let (_, mut messages) = read_messages(bridge, req, batches).await?;
+    if messages.len() == 1 {
+        return one(live, messages.remove(0)).await;
+    }
+    batch(live, messages).await
+}
+
+/// One message of a session: a request answered on its own stream, a notification or a
+/// response taken with 202.
+async fn one(live: &Arc<Live>, message: Message) -> Result<hyper::Response<Body>, Refusal> {
     match message {
-        Message::Request { id, method, .. } if method == "initialize" => Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            Some(&id),
-            INVALID_REQUEST,
-            "this session is initialized already",
-        )),
+        Message::Request { id, method, .. } if method == "initialize" => Err(initialized(&id)),
         Message::Request { id, method, params } => {
             let answer = live.request(id.clone(), method, params).await;
             Ok(answer_of(id, answer).await)
         }
-        Message::Response { id, outcome } => {
-            let response = Message::Response {
-                id: id.clone(),
-                outcome,
-            };
-            match live.send(response).await {
-                Ok(()) => Ok(respond::empty(StatusCode::ACCEPTED)),
-                Err(Refused::Unasked(_)) => Err(Refusal {
-                    status: StatusCode::BAD_REQUEST,
-                    id: Some(id.clone()),
-                    error: session::unasked(&id),
-                    method: crate::metrics::Method::Other,
-                }),
-                Err(Refused::Ended) => Err(gone(None)),
-            }
+        other => {
+            take(live, other).await?;
+            Ok(respond::empty(StatusCode::ACCEPTED))
         }
-        notification => match live.send(notification).await {
-            Ok(()) | Err(Refused::Unasked(_)) => Ok(respond::empty(StatusCode::ACCEPTED)),
-            Err(Refused::Ended) => Err(gone(None)),
-        },
     }
+}
+
+/// A 2025-03-26 batch: its notifications and responses taken in order, its requests answered
+/// together on one event stream (each request's messages in order, the requests' interleaved
+/// as they come); a batch of no request is 202.
+async fn batch(live: &Arc<Live>, messages: Vec<Message>) -> Result<hyper::Response<Body>, Refusal> {
+    let mut answers = Vec::new();
+    for message in messages {
+        match message {
+            Message::Request { id, method, .. } if method == "initialize" => {
+                return Err(initialized(&id));
+            }
+            Message::Request { id, method, params } => {
+                let answer = live.request(id, method, params).await;
+                answers.push(Box::pin(futures_util::stream::unfold(
+                    answer,
+                    |mut a| async move {
+                        let next = a.rx.recv().await?;
+                        Some((next, a))
+                    },
+                )));
+            }
+            other => take(live, other).await?,
+        }
+    }
+    if answers.is_empty() {
+        return Ok(respond::empty(StatusCode::ACCEPTED));
+    }
+    let events = futures_util::stream::select_all(answers).map(|next| {
+        let event = Bytes::from(crate::sse::encode("message", &next));
+        Ok(Frame::data(event))
+    });
+    Ok(respond::event_stream(events))
+}
+
+/// A notification or a response of the client, passed to the session.
+async fn take(live: &Arc<Live>, message: Message) -> Result<(), Refusal> {
+    let id = match &message {
+        Message::Response { id, .. } => Some(id.clone()),
+        _ => None,
+    };
+    match live.send(message).await {
+        Ok(()) => Ok(()),
+        Err(Refused::Unasked(_)) if id.is_none() => Ok(()),
+        Err(Refused::Unasked(unasked)) => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            id: Some(unasked.clone()),
+            error: session::unasked(&unasked),
+            method: crate::metrics::Method::Other,
+        }),
+        Err(Refused::Ended) => Err(gone(None)),
+    }
+}
+
+fn initialized(id: &Id) -> Refusal {
+    Refusal::new(
+        StatusCode::BAD_REQUEST,
+        Some(id),
+        INVALID_REQUEST,
+        "this session is initialized already",
+    )
 }
 
 /// Whether `value` is a response (the last message of a request's answer).

@@ -17,6 +17,18 @@ pub async fn read_message(
     bridge: &Bridge,
     req: hyper::Request<Incoming>,
 ) -> Result<(http::request::Parts, Message), Refusal> {
+    read_messages(bridge, req, false)
+        .await
+        .map(|(parts, mut messages)| (parts, messages.remove(0)))
+}
+
+/// Reads and parses one POST's body within the limits: one JSON-RPC message, or a batch of
+/// them where `batch` allows it (never empty).
+pub async fn read_messages(
+    bridge: &Bridge,
+    req: hyper::Request<Incoming>,
+    batch: bool,
+) -> Result<(http::request::Parts, Vec<Message>), Refusal> {
     let limits = &bridge.config.limits;
     let unread = |e: BodyError| {
         let (status, code) = match e {
@@ -43,13 +55,18 @@ pub async fn read_message(
     )
     .await
     .map_err(unread)?;
-    let message = jsonrpc::parse(&bytes, limits.max_json_depth).map_err(|e| Refusal {
+    let parsed = if batch {
+        jsonrpc::parse_many(&bytes, limits.max_json_depth)
+    } else {
+        jsonrpc::parse(&bytes, limits.max_json_depth).map(|m| vec![m])
+    };
+    let messages = parsed.map_err(|e| Refusal {
         status: StatusCode::BAD_REQUEST,
         id: None,
         error: e.to_error(),
         method: metrics::Method::Other,
     })?;
-    Ok((parts, message))
+    Ok((parts, messages))
 }
 
 /// A header that must appear at most once. A repeated one is refused rather than read by its
