@@ -10,7 +10,11 @@
 #                                     # children, so the counts stay in the hundreds)
 #
 # Arguments go to the load harness (see `cargo bench --bench load -- --help`) in place of the
-# default ones.
+# default ones. With the HTTP backend the report includes the legacy clients' rows (a legacy
+# client through the gateway's legacy face against the same client directly); those rows alone,
+# printed and not written to BENCHMARKS.md:
+#
+#   cargo bench --bench load -- --backend http --legacy-face-only
 set -euo pipefail
 if [ "$#" -eq 0 ]; then
   set -- --backend http --no-standalone-stream --park 1000,10000 --also-workers 1

@@ -189,7 +189,8 @@ impl Gateway {
         // Anonymous principal, so one client may hold every parked call (its share of the pool
         // raised to all but the one session kept for calls that need no input); limits raised
         // so the pool and the park registry are what the measurement exercises. Every load client
-        // connects from 127.0.0.1: no cap per address.
+        // connects from 127.0.0.1: no cap per address. Legacy clients' sessions, all of the one
+        // principal, are capped far above the harness's count.
         let config = format!(
             r#"[server]
 listen = "127.0.0.1:0"
@@ -207,6 +208,8 @@ park_ttl = "10m"
 [limits]
 max_parked_per_principal = {max_parked}
 max_parked_total = {max_parked}
+max_sessions_per_principal = 4096
+max_sessions_total = 4096
 queue_wait = "30s"
 
 [log]

@@ -12,6 +12,9 @@
 //!   (`relay.rs`): what one more process on the path costs before any work;
 //! - for an HTTP backend, (a) and (b) again on the relay path (`modern_path.rs`): the gateway
 //!   relaying to the fixture as a 2026-07-28 server, against a 2026-07-28 client to it directly;
+//! - for an HTTP backend, legacy clients (a session each) on the gateway's legacy face against
+//!   the same clients to the fixture directly and through the byte relay (`legacy_face.rs`):
+//!   the pass-through of (a), and a call with one elicitation round answered over POST;
 //! - (c) gateway memory (VmRSS of the gateway process only) per parked call;
 //! - (d) the most parked calls held: park up to `max_parked_total`, then show further calls are
 //!   refused and memory stays where it was.
@@ -21,6 +24,7 @@
 
 mod gateway;
 mod legacy;
+mod legacy_face;
 mod modern;
 mod modern_path;
 mod relay;
@@ -109,6 +113,10 @@ struct Args {
     /// The gateway binary (default: the one cargo built with this harness).
     #[arg(long, default_value = env!("CARGO_BIN_EXE_mrtr-gateway"))]
     gateway: PathBuf,
+    /// Measure only the legacy clients' rows (`--backend http`): the fixture, a byte relay and a
+    /// gateway in front of it; prints their figures and rows, and writes no file.
+    #[arg(long)]
+    legacy_face_only: bool,
     /// Run as the byte relay in front of this address instead (the harness starts it so).
     #[arg(long, hide = true)]
     relay_to: Option<SocketAddr>,
@@ -241,6 +249,10 @@ pub struct Results {
     /// results from before it was measured).
     #[serde(default)]
     pub modern: Option<ModernPath>,
+    /// Legacy clients on the gateway's legacy face against the same clients directly (HTTP
+    /// backend only; absent in results from before it was measured).
+    #[serde(default)]
+    pub legacy_face: Option<legacy_face::LegacyFace>,
 }
 
 /// The gateway's figures with `server.worker_threads` set (`--also-workers`).
@@ -954,6 +966,17 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         progress("(a) relay", &r.load.latency);
         progress("(b) relay", &r.resume);
     }
+    // Legacy clients, in an alternation of their own, while the byte relay is still up.
+    let legacy_face = match &fixture {
+        Some(f) => {
+            let setup = legacy_face::Setup {
+                relay: relay.as_ref(),
+                ..legacy_face::Setup::of(args, exe, &dir, f)
+            };
+            Some(legacy_face::measure(&setup).await?)
+        }
+        None => None,
+    };
     for shared in [Some(shared), shared_relayed].into_iter().flatten() {
         let backend =
             Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("baseline still shared"))?;
@@ -1050,6 +1073,7 @@ async fn run(args: &Args) -> anyhow::Result<Results> {
         resume_split_missing,
         threads,
         modern,
+        legacy_face,
     })
 }
 
@@ -1115,6 +1139,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn harness(args: Args) -> anyhow::Result<()> {
+    if args.legacy_face_only {
+        return legacy_face::alone(&args).await;
+    }
     let results = match &args.render {
         Some(path) => serde_json::from_slice(&std::fs::read(path)?)
             .with_context(|| format!("read results from {}", path.display()))?,

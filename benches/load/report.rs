@@ -1,6 +1,8 @@
 //! BENCHMARKS.md: the figures against their targets, the figures behind them, memory,
 //! criterion's micro-benchmark estimates, the machine and the method, in brief.
 
+pub mod legacy_face;
+
 use crate::{Load, Results};
 use serde_json::Value;
 use std::fmt::Write;
@@ -190,6 +192,9 @@ fn targets(s: &mut String, r: &Results) {
         met(sustained)
     );
     relay_pass_through(s, r);
+    if let Some(f) = &r.legacy_face {
+        legacy_face::pass_through(s, f, r.rate);
+    }
     match &r.resume_split {
         Some(split) => {
             let _ = writeln!(
@@ -211,6 +216,9 @@ fn targets(s: &mut String, r: &Results) {
         }
     }
     relay_round(s, r);
+    if let Some(f) = &r.legacy_face {
+        legacy_face::elicitation(s, f);
+    }
     for m in &r.memory {
         let (target, ok) = if stdio {
             ("≤ 16 KiB (set for HTTP backends)", "see FINDINGS.md")
@@ -366,6 +374,9 @@ fn pass_through_detail(s: &mut String, r: &Results) {
             us(t.load.latency.p99_us - r.direct.latency.p99_us)
         );
     }
+    if let Some(f) = &r.legacy_face {
+        legacy_face::pass_through_detail(s, f);
+    }
 }
 
 /// (b) in detail: the round split inside the gateway, end to end, and the sides beside it.
@@ -423,6 +434,9 @@ fn resume_detail(s: &mut String, r: &Results) {
             us(t.resume.p99_us - r.resume_direct.p99_us)
         );
     }
+    if let Some(f) = &r.legacy_face {
+        legacy_face::elicitation_detail(s, f);
+    }
 }
 
 /// CPU per call from schedstat: time on a CPU and time runnable but waiting for one.
@@ -460,6 +474,9 @@ fn cpu_detail(s: &mut String, r: &Results) {
                 m.resume_gateway_cpu.gateway_wait_us
             )
         );
+    }
+    if let Some(f) = &r.legacy_face {
+        legacy_face::cpu(s, f);
     }
     if let Some(relay) = &r.relay {
         let _ = writeln!(
@@ -622,7 +639,7 @@ gateway, answer written → result read directly; then {} more while `perf` trac
 - (c) The gateway's `VmRSS` before and after parking `ask_form` calls up to each count, per call \
 = the difference / parked; with the HTTP backend again on a second gateway in front of a fixture \
 started with `--event-ids`, whose streams parked calls let go.\n\
-- (d) With `max_parked_total` at the last count, {} more calls must be refused with -31000.\n{}\n\
+- (d) With `max_parked_total` at the last count, {} more calls must be refused with -31000.\n{}{}\n\
 The whole method, step by step: [benches/FINDINGS.md](benches/FINDINGS.md#how-the-harness-measures).",
         r.slices,
         r.rate,
@@ -633,6 +650,10 @@ The whole method, step by step: [benches/FINDINGS.md](benches/FINDINGS.md#how-th
         r.rounds,
         r.limit.attempted_beyond,
         relay_method(r),
+        r.legacy_face
+            .as_ref()
+            .map(legacy_face::method)
+            .unwrap_or_default(),
     );
 }
 
