@@ -11,6 +11,11 @@ pub fn encode(event: &str, data: &Value) -> String {
     encode_text(event, &data.to_string())
 }
 
+/// One SSE event with an `id:` line, which a client may resume after with `Last-Event-ID`.
+pub fn encode_with_id(event: &str, id: &str, data: &Value) -> String {
+    format!("id: {id}\n{}", encode(event, data))
+}
+
 /// One event of JSON text, which may span lines (a backend's result as it wrote it): one `data`
 /// line for each, which a reader joins with line feeds, whitespace to JSON.
 pub fn encode_text(event: &str, data: &str) -> String {

@@ -347,3 +347,34 @@ async fn a_2025_03_26_session_takes_batches_and_later_versions_do_not() {
     assert_eq!(r.json().await["error"]["code"], -32600);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_let_go_before_its_response_is_resumed_with_last_event_id() {
+    let gw = Gateway::start().await;
+    let mut c = Legacy::new(&gw.url);
+    c.initialize("2025-11-25", caps()).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "ask_form", "arguments": {}}});
+    let mut stream = c.post(&call).await;
+    let asked = stream.next().await.expect("the elicitation");
+    assert_eq!(asked["method"], "elicitation/create");
+    let event_id = stream.last_event_id.clone().expect("events carry ids");
+    // The client loses the stream, then answers the elicitation.
+    drop(stream);
+    let reply = json!({"jsonrpc": "2.0", "id": asked["id"], "result":
+        {"action": "accept", "content": {"name": "Ada"}}});
+    assert_eq!(c.post(&reply).await.status, 202);
+    let mut resumed = c.send("GET", None, &[("last-event-id", &event_id)]).await;
+    assert_eq!(resumed.status, 200);
+    let response = resumed
+        .next()
+        .await
+        .expect("the response, on the resumed stream");
+    assert_eq!(response["id"], 1, "{response:#}");
+    assert_eq!(tool_text(&response)["content"]["name"], "Ada");
+    // Resumed again from the same event: what was sent after it is sent again.
+    let mut again = c.send("GET", None, &[("last-event-id", &event_id)]).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.next().await.expect("the response again")["id"], 1);
+    gw.stop().await;
+}

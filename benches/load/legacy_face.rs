@@ -292,9 +292,9 @@ async fn measure_through(s: &Setup<'_>, gw: &Gateway) -> anyhow::Result<LegacyFa
     })
 }
 
-/// `--legacy-face-only`: the fixture over HTTP, a byte relay in front of it, and the case;
-/// prints the figures as JSON and the report's rows for them, and writes no file.
-pub async fn alone(args: &Args) -> anyhow::Result<()> {
+/// `--legacy-face-only`: the fixture over HTTP, a byte relay in front of it, and the case
+/// measured alone; nothing is written.
+pub async fn alone(args: &Args) -> anyhow::Result<LegacyFace> {
     if args.backend != BackendKind::Http {
         bail!("--legacy-face-only needs --backend http");
     }
@@ -309,11 +309,5 @@ pub async fn alone(args: &Args) -> anyhow::Result<()> {
     relay.proc.stop(Duration::from_secs(5)).await;
     fixture.proc.stop(Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&dir);
-    let figures = measured?;
-    println!("{}", serde_json::to_string_pretty(&figures)?);
-    println!(
-        "\n{}",
-        crate::report::legacy_face::alone(&figures, args.rate)
-    );
-    Ok(())
+    measured
 }

@@ -1140,7 +1140,11 @@ fn main() -> anyhow::Result<()> {
 
 async fn harness(args: Args) -> anyhow::Result<()> {
     if args.legacy_face_only {
-        return legacy_face::alone(&args).await;
+        // The figures as JSON, and the report's rows for them.
+        let figures = legacy_face::alone(&args).await?;
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+        println!("\n{}", report::legacy_face::alone(&figures, args.rate));
+        return Ok(());
     }
     let results = match &args.render {
         Some(path) => serde_json::from_slice(&std::fs::read(path)?)

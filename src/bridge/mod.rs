@@ -17,6 +17,7 @@ mod replay;
 mod retry;
 mod reverse;
 pub mod session;
+pub mod streams;
 mod tools;
 
 pub(crate) use errors::{backend_error, backend_failed, shutting_down, upstream_error};

@@ -92,6 +92,8 @@ pub struct Live {
     /// Requests in flight and streams open: a busy session is never idle.
     busy: AtomicUsize,
     idle_since: Mutex<Instant>,
+    /// What was sent on the session's streams, for a client that resumes one.
+    pub streams: super::streams::Streams,
 }
 
 /// What an `initialize` opened: the sealed session id, and the result for the client.
@@ -337,6 +339,7 @@ impl Bridge {
             principal,
             upstream: link,
             standalone: Mutex::new(Some(standalone)),
+            streams: Default::default(),
             busy: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
         });

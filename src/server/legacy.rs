@@ -11,6 +11,7 @@ use super::request::{principal, read_messages, single};
 use super::respond::{self, Refusal};
 use crate::bridge::Bridge;
 use crate::bridge::session::{self, Answer, Initialize, Live, Refused};
+use crate::bridge::streams;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, INVALID_REQUEST, Id, Message, Payload};
 use crate::protocol::header::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use bytes::Bytes;
@@ -77,7 +78,10 @@ pub async fn serve(
     check_version(headers)?;
     match *req.method() {
         Method::POST => post(bridge, &live, req).await,
-        Method::GET => Ok(listen(&live)),
+        Method::GET => {
+            let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+            Ok(listen(&live, last))
+        }
         Method::DELETE => {
             bridge.end_session(&live);
             Ok(respond::empty(StatusCode::OK))
@@ -146,7 +150,7 @@ async fn one(live: &Arc<Live>, message: Message) -> Result<hyper::Response<Body>
         Message::Request { id, method, .. } if method == "initialize" => Err(initialized(&id)),
         Message::Request { id, method, params } => {
             let answer = live.request(id.clone(), method, params).await;
-            Ok(answer_of(id, answer).await)
+            Ok(answer_of(live, id, answer).await)
         }
         other => {
             take(live, other).await?;
@@ -222,8 +226,9 @@ fn is_response(value: &Value) -> bool {
 }
 
 /// A request's answer: its response alone as JSON, or an event stream of everything the
-/// backend said about it, its response last.
-async fn answer_of(id: Id, mut answer: Answer) -> hyper::Response<Body> {
+/// backend said about it, its response last. Each event has an id a client can resume after;
+/// a client that lets the stream go before the response leaves it to a resumption.
+async fn answer_of(live: &Arc<Live>, id: Id, mut answer: Answer) -> hyper::Response<Body> {
     let Some(first) = answer.rx.recv().await else {
         let e = ErrorObject::new(
             jsonrpc::INTERNAL_ERROR,
@@ -234,24 +239,71 @@ async fn answer_of(id: Id, mut answer: Answer) -> hyper::Response<Body> {
     if is_response(&first) {
         return respond::json(StatusCode::OK, &first);
     }
-    let events =
-        futures_util::stream::unfold((Some(first), Some(answer)), |(first, answer)| async move {
-            let mut answer = answer?;
-            let next = match first {
+    let stream = live.streams.open();
+    let sending = Sending {
+        live: live.clone(),
+        stream,
+        first: Some(first),
+        rx: Some(answer.rx),
+    };
+    respond::event_stream(sending.events())
+}
+
+/// An answer stream being sent: what comes next, and where it goes if the client leaves.
+struct Sending {
+    live: Arc<Live>,
+    stream: u64,
+    first: Option<Value>,
+    /// `None` once the response went.
+    rx: Option<tokio::sync::mpsc::Receiver<Value>>,
+}
+
+impl Sending {
+    fn events(
+        self,
+    ) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> {
+        futures_util::stream::unfold(self, |mut sending| async move {
+            let next = match sending.first.take() {
                 Some(first) => first,
-                None => answer.rx.recv().await?,
+                None => sending.rx.as_mut()?.recv().await?,
             };
-            let last = is_response(&next);
-            let event = Bytes::from(crate::sse::encode("message", &next));
-            let rest = (!last).then_some(answer);
-            Some((Ok(Frame::data(event)), (None, rest)))
-        });
-    respond::event_stream(events)
+            if is_response(&next) {
+                sending.rx = None;
+            }
+            let id = sending.live.streams.sent(sending.stream, &next);
+            let event = Bytes::from(crate::sse::encode_with_id("message", &id, &next));
+            Some((Ok(Frame::data(event)), sending))
+        })
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if let Some(rx) = self.rx.take() {
+            self.live.streams.detach(self.stream, rx);
+        }
+    }
 }
 
 /// The session's own stream (GET): the backend's messages that belong to no request, until
-/// the session ends. One at a time: 409 while another is open.
-fn listen(live: &Arc<Live>) -> hyper::Response<Body> {
+/// the session ends. One at a time: 409 while another is open. With `Last-Event-ID`, a stream
+/// the client lost is resumed instead: what it missed, then what is still to come on it.
+fn listen(live: &Arc<Live>, last_event: Option<&str>) -> hyper::Response<Body> {
+    let resumed = last_event.and_then(|id| live.streams.resume(id));
+    if let Some(resumed) = resumed.filter(|r| r.stream != streams::STANDALONE) {
+        let stream = resumed.stream;
+        let missed = resumed.missed.into_iter().map(move |(n, msg)| {
+            let event = crate::sse::encode_with_id("message", &format!("{stream}-{n}"), &msg);
+            Ok(Frame::data(Bytes::from(event)))
+        });
+        let rest = Sending {
+            live: live.clone(),
+            stream,
+            first: None,
+            rx: resumed.detached,
+        };
+        return respond::event_stream(futures_util::stream::iter(missed).chain(rest.events()));
+    }
     let Some(listen) = live.listen() else {
         return Refusal::new(
             StatusCode::CONFLICT,
@@ -261,10 +313,24 @@ fn listen(live: &Arc<Live>) -> hyper::Response<Body> {
         )
         .into_response();
     };
-    let events = futures_util::stream::unfold(listen, |mut listen| async move {
+    let missed: Vec<_> = last_event
+        .and_then(|id| live.streams.resume(id))
+        .map(|r| r.missed)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(n, msg)| {
+            let id = format!("{}-{n}", streams::STANDALONE);
+            Ok(Frame::data(Bytes::from(crate::sse::encode_with_id(
+                "message", &id, &msg,
+            ))))
+        })
+        .collect();
+    let live = live.clone();
+    let events = futures_util::stream::unfold((listen, live), |(mut listen, live)| async move {
         let next = listen.recv().await?;
-        let event = Bytes::from(crate::sse::encode("message", &next));
-        Some((Ok(Frame::data(event)), listen))
+        let id = live.streams.sent(streams::STANDALONE, &next);
+        let event = Bytes::from(crate::sse::encode_with_id("message", &id, &next));
+        Some((Ok(Frame::data(event)), (listen, live)))
     });
-    respond::event_stream(events)
+    respond::event_stream(futures_util::stream::iter(missed).chain(events))
 }

@@ -30,6 +30,8 @@ pub struct Answer {
     buffer: String,
     /// The JSON body, once read (not an event stream).
     pub json: Option<Value>,
+    /// The id of the last event read, if it had one.
+    pub last_event_id: Option<String>,
 }
 
 impl Answer {
@@ -51,6 +53,9 @@ impl Answer {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
+                if let Some(id) = event.lines().find_map(|l| l.strip_prefix("id:")) {
+                    self.last_event_id = Some(id.trim().to_owned());
+                }
                 let data: Vec<&str> = event
                     .lines()
                     .filter_map(|l| l.strip_prefix("data:"))
@@ -141,6 +146,7 @@ impl Legacy {
             is_stream,
             buffer: String::new(),
             json: None,
+            last_event_id: None,
         }
     }
 
