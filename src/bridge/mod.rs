@@ -223,6 +223,7 @@ impl Bridge {
     /// before each scrape, so nothing has to track them on every change.
     pub fn refresh_gauges(&self) {
         self.metrics.set_parked(self.parked());
+        self.metrics.set_legacy_sessions(self.legacy_sessions());
         for pool in &self.pools {
             for (state, n) in pool.session_states() {
                 self.metrics.set_sessions(&pool.backend().name, state, n);

@@ -49,6 +49,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     upstream_duration: HistogramFamily<BackendLabels>,
     parked: Gauge,
+    legacy_sessions: Gauge,
     released_streams: Gauge,
     park_duration: Histogram,
     rounds: Histogram,
@@ -73,6 +74,7 @@ impl Metrics {
             requests: Family::default(),
             upstream_duration: Family::new_with_constructor(seconds),
             parked: Gauge::default(),
+            legacy_sessions: Gauge::default(),
             released_streams: Gauge::default(),
             park_duration: park_seconds(),
             rounds: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0]),
@@ -113,6 +115,11 @@ impl Metrics {
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         registry.register("parked_calls", "Calls parked now", self.parked.clone());
+        registry.register(
+            "legacy_sessions",
+            "Legacy clients' sessions held by this replica now",
+            self.legacy_sessions.clone(),
+        );
         registry.register(
             "parked_released_streams",
             "Parked calls that let their backend's answer stream go until the retry (Streamable HTTP backends that number their events); other parked calls on HTTP backends each hold a connection",
@@ -304,6 +311,11 @@ impl Metrics {
     }
 
     /// Sets the gauges that are read from the engine's state when scraped.
+    pub fn set_legacy_sessions(&self, sessions: usize) {
+        self.legacy_sessions
+            .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+    }
+
     pub fn set_parked(&self, parked: usize) {
         self.parked.set(i64::try_from(parked).unwrap_or(i64::MAX));
     }
