@@ -5,6 +5,7 @@
 
 use super::check::{in_range, mcp_path, positive};
 use super::http_backend::{self, Http};
+use super::legacy_sse::{self, LegacySse};
 use super::{ConfigError, PrincipalSource, bad, raw};
 // The built-in legacy server is named through this one path, in `Transport` and
 // `builtin_options`.
@@ -24,6 +25,8 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Backend {
     pub name: String,
     pub path: String,
+    /// Where 2024-11-05 HTTP+SSE clients reach it too, if anywhere.
+    pub legacy_sse: Option<LegacySse>,
     pub transport: Transport,
     pub pool_max: usize,
     /// Sessions one principal's interactive calls (parked ones among them) may hold.
@@ -210,6 +213,13 @@ fn validate(
     check_name(field, &b.name)?;
     let path = path(field, b.path.as_deref(), lone_path)?;
     check_unique(field, &path, &b.name, others)?;
+    let legacy_sse = legacy_sse::validate(
+        field,
+        b.sse_path.clone(),
+        b.messages_path.clone(),
+        &path,
+        others,
+    )?;
     // First: a misspelt kind would otherwise be blamed on the settings of the kind meant.
     let kind = Kind::parse(field, b.kind.as_deref())?;
     check_stdio_only(field, kind, &b)?;
@@ -245,6 +255,7 @@ fn validate(
         server_info: b.server_info.unwrap_or(true),
         name: b.name,
         path,
+        legacy_sse,
         transport,
     })
 }
@@ -315,14 +326,14 @@ fn path(
     Ok(path)
 }
 
-/// No two backends share a path or a name.
+/// No two backends share a path (any of their faces') or a name.
 fn check_unique(
     field: &dyn Fn(&str) -> String,
     path: &str,
     name: &str,
     others: &[Backend],
 ) -> Result<(), ConfigError> {
-    if others.iter().any(|o| o.path == path) {
+    if others.iter().any(|o| o.serves(path)) {
         return Err(bad(
             field("path"),
             format!("`{path}` is used by another backend"),

@@ -276,7 +276,7 @@ fn describe_backend(s: &mut String, b: &Backend) {
         s,
         "backend {:<9} {} -> {target} (pool {}: {} per principal for calls that may ask for input, {} kept for calls that need none; idle {}, {}, policy {policy}{})",
         b.name,
-        b.path,
+        paths(b),
         b.pool_max,
         b.principal_sessions,
         b.reserved_sessions,
@@ -288,6 +288,17 @@ fn describe_backend(s: &mut String, b: &Backend) {
             ", serverInfo not passed on"
         }
     );
+}
+
+/// Where clients reach a backend: its path, and its HTTP+SSE face's paths if it has one.
+fn paths(b: &Backend) -> String {
+    match &b.legacy_sse {
+        None => b.path.clone(),
+        Some(sse) => format!(
+            "{} (HTTP+SSE: GET {}, POST {})",
+            b.path, sse.sse_path, sse.messages_path
+        ),
+    }
 }
 
 /// What the gateway speaks to a backend: the legacy version it asks for, and on Streamable

@@ -16,6 +16,7 @@ mod describe;
 mod env;
 mod host;
 mod http_backend;
+mod legacy_sse;
 pub mod raw;
 mod tls;
 mod validate;
@@ -30,6 +31,7 @@ pub use backend::{
 };
 pub use env::{ADVERTISE_ENV, KEYS_ENV, REPLICA_ID_ENV};
 pub use http_backend::{Authorization, DEFAULT_RESPONSE_HEAD, Http};
+pub use legacy_sse::LegacySse;
 pub use tls::{Ca, ClientCert};
 
 use crate::seal::KeyRing;

@@ -289,6 +289,10 @@ pub struct Backend {
     pub server_info: Option<bool>,
     /// The endpoint path; required when there is more than one backend.
     pub path: Option<String>,
+    /// Where 2024-11-05 HTTP+SSE clients open their stream (GET); with `messages_path`.
+    pub sse_path: Option<String>,
+    /// Where 2024-11-05 HTTP+SSE clients POST their messages; with `sse_path`.
+    pub messages_path: Option<String>,
     /// For `kind = "http"` and `"sse"`: the backend's endpoint (for `sse`, its SSE stream).
     pub url: Option<String>,
     /// For `kind = "http"` and `"sse"`: headers sent on every request to the backend.

@@ -1,10 +1,11 @@
 //! Whole configs through `Config::parse`: the defaults, errors that name their field, the
 //! `[fleet]` section, the listeners against each other, keys from the environment and what
 //! `check` prints. The `[[backend]]` tables are tested in `backend`, their TLS files in `tls`,
-//! whether a stdio backend's program can run in `host`.
+//! whether a stdio backend's program can run in `host`, their HTTP+SSE face in `legacy_sse`.
 
 mod backend;
 mod host;
+mod legacy_sse;
 mod tls;
 
 use super::describe::{bytes, duration};

@@ -39,6 +39,10 @@ async fn handle(
 ) -> Result<hyper::Response<Body>, Refusal> {
     // Before anything else: a request from a page of a foreign origin learns nothing here.
     check_origin(&bridge.config.server.allowed_origins, req.headers())?;
+    // A backend's 2024-11-05 HTTP+SSE paths are that transport's, whatever the request says.
+    if let Some((backend, at)) = super::legacy_sse::route(&bridge.config, req.uri().path()) {
+        return super::legacy_sse::serve(&bridge, backend, at, req).await;
+    }
     let Some(backend) = bridge.route(req.uri().path()) else {
         return Err(Refusal::new(
             StatusCode::NOT_FOUND,
