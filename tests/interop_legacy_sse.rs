@@ -39,7 +39,10 @@ fn sse_clients_reach_fastmcp_over_streamable_http_each_on_its_own_stream() {
         .collect();
     let modern = run_client(&url, "frank", &[]);
     for (tag, driver) in drivers {
-        assert_legacy_driver_passed(driver, tag);
+        let summary = assert_legacy_driver_passed(driver, tag);
+        // The SDK read the stream's id from the `endpoint` event's query.
+        let id = summary["session_id"].as_str().unwrap_or_default();
+        assert_eq!(id.len(), 32, "{summary}");
     }
     assert_client_passed(modern, "frank");
 }

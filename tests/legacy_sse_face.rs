@@ -190,7 +190,7 @@ async fn a_stream_carries_initialize_and_a_call_whose_elicitation_is_answered_ov
     let mut stream = Stream::open(&addr, Some("alice")).await;
     let id = stream
         .endpoint
-        .strip_prefix("/messages?session=")
+        .strip_prefix("/messages?session_id=")
         .unwrap_or_else(|| panic!("a relative POST URL: {}", stream.endpoint));
     assert!(
         id.len() >= 32 && id.bytes().all(|b| b.is_ascii_alphanumeric()),
@@ -260,7 +260,7 @@ async fn forged_tampered_other_principals_and_ended_ids_are_404_and_reach_nothin
     let tampered = String::from_utf8(tampered).unwrap();
     let stolen = echo(7, "stolen");
     for (what, target, who) in [
-        ("forged", "/messages?session=abc", Some("alice")),
+        ("forged", "/messages?session_id=abc", Some("alice")),
         ("tampered", tampered.as_str(), Some("alice")),
         ("another principal's", endpoint.as_str(), Some("mallory")),
         ("no principal's", endpoint.as_str(), None),

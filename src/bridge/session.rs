@@ -18,6 +18,7 @@ use crate::upstream::era::Era;
 use crate::upstream::session::proxy::{self, Proxied, Proxy};
 use dashmap::DashMap;
 use serde_json::{Map, Value};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -32,6 +33,9 @@ pub use proxy::Refused;
 #[derive(Debug, Default)]
 pub struct Registry {
     live: DashMap<ParkId, Arc<Live>>,
+    /// Clients' connections that wait for their session: a face's own state (an HTTP+SSE
+    /// stream opened before its `initialize`), kept with the engine it belongs to.
+    waiting: DashMap<ParkId, Arc<dyn Any + Send + Sync>>,
     counts: Mutex<Counts>,
     /// Whether the task that ends idle sessions runs.
     sweeping: AtomicBool,
@@ -422,6 +426,22 @@ impl Bridge {
     /// Ends a session at its client's request (DELETE).
     pub fn end_session(&self, live: &Live) {
         self.sessions_held.end(&live.key);
+    }
+
+    /// Keeps a face's connection that waits for its session under `key`, until
+    /// [`Bridge::forget_waiting`].
+    pub fn hold_waiting<T: Any + Send + Sync>(&self, key: ParkId, waiting: Arc<T>) {
+        self.sessions_held.waiting.insert(key, waiting);
+    }
+
+    /// The connection kept under `key`, if it is a `T`.
+    pub fn waiting<T: Any + Send + Sync>(&self, key: &ParkId) -> Option<Arc<T>> {
+        let held = self.sessions_held.waiting.get(key)?.clone();
+        held.downcast().ok()
+    }
+
+    pub fn forget_waiting(&self, key: &ParkId) {
+        self.sessions_held.waiting.remove(key);
     }
 
     /// Legacy client sessions open now.

@@ -10,7 +10,7 @@ use super::{Backend, ConfigError, bad};
 pub struct LegacySse {
     /// GET here opens a client's stream; its first event names the messages path.
     pub sse_path: String,
-    /// The client POSTs its messages here, `?session=` naming its stream.
+    /// The client POSTs its messages here, `?session_id=` naming its stream.
     pub messages_path: String,
 }
 

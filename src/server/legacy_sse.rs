@@ -1,12 +1,12 @@
 //! The 2024-11-05 HTTP+SSE face, for clients of that transport, on the paths a backend names in
 //! `sse_path` and `messages_path` ([`route`]). A GET on the SSE path opens the client's stream,
-//! whose first event (`endpoint`) says where to POST: the messages path and `?session=` the
-//! stream's id. Each message POSTed there is accepted (202); whatever answers it goes on the
+//! whose first event (`endpoint`) says where to POST: the messages path and `?session_id=`
+//! the stream's id (the parameter the SDKs read). Each message POSTed there is accepted (202); whatever answers it goes on the
 //! stream as `event: message`: `initialize`'s result, a call's requests and its response, and
 //! the backend's messages that belong to no request.
 //!
-//! The stream opens before its session, so the stream is this face's: held in [`STREAMS`] under
-//! a random id, bound to its engine, backend and principal. An `initialize` opens the engine's
+//! The stream opens before its session, so the stream is this face's: kept with the engine
+//! (`Bridge::hold_waiting`) under a random id, bound to its backend and principal. An `initialize` opens the engine's
 //! session (`Bridge::initialize`), which the stream then holds, busy, for as long as it is
 //! open; closing the stream ends it (`Bridge::end_session`). Every other message goes to the
 //! session through the engine's own check of its sealed id (`Bridge::session`).
@@ -21,11 +21,10 @@ use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_PARAMS, INVALID_
 use crate::jsonrpc::{Id, Message};
 use crate::seal::{Digest, ParkId};
 use bytes::Bytes;
-use dashmap::DashMap;
 use http::{HeaderValue, Method, StatusCode, header};
 use hyper::body::{Frame, Incoming};
 use serde_json::Value;
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -37,11 +36,6 @@ const DEPTH: usize = 64;
 /// proxies between never take it for dead, and a client gone without a word is noticed (the
 /// write fails) and its session ended.
 const KEEPALIVE: Duration = Duration::from_secs(15);
-
-/// The streams open in this process, by the id their `endpoint` event gave. A face is handed
-/// only the engine, so the streams it opens are kept here; each names the engine it belongs to,
-/// and leaves when it closes.
-static STREAMS: LazyLock<DashMap<ParkId, Arc<Stream>>> = LazyLock::new(DashMap::new);
 
 /// Which of a backend's HTTP+SSE paths a request is on.
 #[derive(Debug, Clone, Copy)]
@@ -163,7 +157,7 @@ fn open(
         outbox,
         state: Mutex::new(State::Waiting),
     });
-    STREAMS.insert(key, stream.clone());
+    bridge.hold_waiting(key, stream.clone());
     let paths = bridge.config.backends[backend].legacy_sse.as_ref();
     let messages = &paths.expect("routed here by its paths").messages_path;
     let idle = bridge.config.limits.session_idle;
@@ -171,7 +165,7 @@ fn open(
         key,
         stream,
         rx,
-        endpoint: Some(format!("{messages}?session={key}")),
+        endpoint: Some(format!("{messages}?session_id={key}")),
         listen: None,
         deadline: Instant::now() + idle,
         idle,
@@ -253,10 +247,12 @@ async fn session_message(listen: &mut Option<Listen>) -> Option<Value> {
 
 impl Drop for Feed {
     fn drop(&mut self) {
-        STREAMS.remove(&self.key);
         let state = std::mem::replace(&mut *self.stream.state(), State::Closed);
-        if let (State::Open { live, .. }, Some(bridge)) = (state, self.stream.engine.upgrade()) {
-            bridge.end_session(&live);
+        if let Some(bridge) = self.stream.engine.upgrade() {
+            bridge.forget_waiting(&self.key);
+            if let State::Open { live, .. } = state {
+                bridge.end_session(&live);
+            }
         }
     }
 }
@@ -320,10 +316,8 @@ fn find(
     principal: &Digest,
 ) -> Option<Arc<Stream>> {
     let key = parse_key(token)?;
-    let stream = STREAMS.get(&key)?.clone();
-    let ours = std::ptr::eq(stream.engine.as_ptr(), Arc::as_ptr(bridge))
-        && stream.backend == backend
-        && stream.principal == *principal;
+    let stream = bridge.waiting::<Stream>(&key)?;
+    let ours = stream.backend == backend && stream.principal == *principal;
     ours.then_some(stream)
 }
 
@@ -350,11 +344,11 @@ fn session_param(query: Option<&str>) -> Result<&str, Refusal> {
     let mut found = query
         .unwrap_or_default()
         .split('&')
-        .filter_map(|pair| pair.strip_prefix("session="));
+        .filter_map(|pair| pair.strip_prefix("session_id="));
     match (found.next(), found.next()) {
         (Some(token), None) => Ok(token),
         (None, _) => Err(bad(
-            "no ?session= names a stream: open one with a GET on the SSE path first".into(),
+            "no ?session_id= names a stream: open one with a GET on the SSE path first".into(),
         )),
         (Some(_), Some(_)) => Err(bad("the session parameter appears more than once".into())),
     }
@@ -518,10 +512,10 @@ mod tests {
 
     #[test]
     fn a_post_names_its_stream_once() {
-        assert_eq!(session_param(Some("session=ab")).ok(), Some("ab"));
-        assert_eq!(session_param(Some("x=1&session=ab")).ok(), Some("ab"));
+        assert_eq!(session_param(Some("session_id=ab")).ok(), Some("ab"));
+        assert_eq!(session_param(Some("x=1&session_id=ab")).ok(), Some("ab"));
         assert!(session_param(None).is_err());
-        assert!(session_param(Some("sessions=ab")).is_err());
-        assert!(session_param(Some("session=a&session=b")).is_err());
+        assert!(session_param(Some("session_ids=ab")).is_err());
+        assert!(session_param(Some("session_id=a&session_id=b")).is_err());
     }
 }
