@@ -112,6 +112,17 @@ pub struct Opened {
 #[derive(Debug)]
 pub struct Gone;
 
+/// Where a session id's requests are served ([`Bridge::locate`]).
+#[derive(Debug)]
+pub enum Found {
+    /// Held here.
+    Here(Arc<Live>),
+    /// Held by replica `owner`, whose internal listener is at `addr`: forward it there, once.
+    Owner { owner: String, addr: String },
+    /// No session this client can use, for whatever reason (404: it initializes again).
+    Gone,
+}
+
 /// Keeps a session busy while it lives: a request's answer stream, or the GET stream.
 #[derive(Debug)]
 pub struct Busy(Arc<Live>);
@@ -395,32 +406,67 @@ impl Bridge {
         }
     }
 
-    /// The session `token` names, if it is one of `principal`'s with `backend` held here.
-    /// The id is opened once and checked once; every failure is the same [`Gone`].
+    /// The session `token` names, if it is one of `principal`'s with `backend` held here; a
+    /// session held by another replica is [`Gone`] too (for a request that is not forwarded).
     pub fn session(
         &self,
         backend: usize,
         token: &str,
         principal: &Digest,
     ) -> Result<Arc<Live>, Gone> {
-        let claims = self.keys.open_session(token).map_err(|_| Gone)?;
-        let ours = claims.principal == *principal
-            && claims.backend == self.config.backends[backend].name
-            && claims.owner == self.config.state.owner;
-        if !ours {
-            return Err(Gone);
+        match self.locate(backend, token, principal) {
+            Found::Here(live) => Ok(live),
+            Found::Owner { .. } | Found::Gone => Err(Gone),
         }
-        let live = self
+    }
+
+    /// Where the session `token` names is served, if it is one of `principal`'s with
+    /// `backend`: here, or at its owner, another replica this one can reach. The id is opened
+    /// once and checked once; every failure is the same [`Found::Gone`].
+    pub fn locate(&self, backend: usize, token: &str, principal: &Digest) -> Found {
+        let Ok(claims) = self.keys.open_session(token) else {
+            return Found::Gone;
+        };
+        let theirs =
+            claims.principal == *principal && claims.backend == self.config.backends[backend].name;
+        if !theirs {
+            return Found::Gone;
+        }
+        if claims.owner != self.config.state.owner {
+            return self.owner_of(claims);
+        }
+        let Some(live) = self
             .sessions_held
             .live
             .get(&claims.session)
-            .ok_or(Gone)?
-            .clone();
+            .map(|l| l.clone())
+        else {
+            return Found::Gone;
+        };
         if !live.upstream.is_alive() {
             self.sessions_held.end(&claims.session);
-            return Err(Gone);
+            return Found::Gone;
         }
-        Ok(live)
+        Found::Here(live)
+    }
+
+    /// Another replica's session: its owner, if this replica is part of a fleet and the
+    /// sealed address is one the gateway dials (it is only ever read from inside the seal).
+    fn owner_of(&self, claims: SessionClaims) -> Found {
+        if self.config.fleet.internal_listen.is_none() {
+            tracing::info!(owner = %claims.owner, "a legacy session held by another replica, and this one has no internal listener: gone");
+            return Found::Gone;
+        }
+        match claims.owner_addr {
+            Some(addr) if crate::config::parse_host_port(&addr).is_some() => Found::Owner {
+                owner: claims.owner,
+                addr,
+            },
+            other => {
+                tracing::warn!(owner = %claims.owner, addr = ?other, "a legacy session's sealed owner address is unusable: gone");
+                Found::Gone
+            }
+        }
     }
 
     /// Ends a session at its client's request (DELETE).

@@ -1,19 +1,24 @@
-//! The internal listener: retries forwarded by other replicas (see [`crate::wire::hop`]). A
-//! request is checked (path, method, body size, the MAC over its head and body, the time and
-//! the target replica), never forwarded again, and handed to the engine, whose replies stream
-//! back to the sending replica as SSE.
+//! The internal listener: what other replicas forward (see [`crate::wire::hop`]), retries of
+//! calls parked here and requests of legacy sessions held here. A hop is checked (path, method,
+//! body size, the MAC over its head and body, the time and the target replica) and never
+//! forwarded again. A retry goes to the engine, whose replies stream back to the sending
+//! replica as SSE; a session's request goes to the legacy face (`legacy::held`), whose answer
+//! goes back as it is, named by the session's id.
 
 use super::Body;
+use super::legacy;
 use super::listener::{self, BodyError, Limits, read_body};
 use super::respond::{self, Refusal};
+use crate::bridge::session::Found;
 use crate::bridge::{self, Bridge, Reply};
 use crate::jsonrpc;
 use crate::metrics::Listener;
+use crate::protocol::header::MCP_SESSION_ID;
 use crate::protocol::{self, meta::RequestMeta};
 use crate::shard::Shards;
 use crate::wire::hop;
 use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 use hyper::body::{Frame, Incoming};
 use serde_json::Value;
 use std::sync::Arc;
@@ -68,7 +73,8 @@ async fn handle(
     req: hyper::Request<Incoming>,
     peer: std::net::SocketAddr,
 ) -> hyper::Response<Body> {
-    if req.uri().path() != hop::PATH {
+    let path = req.uri().path();
+    if path != hop::PATH && path != hop::SESSION_PATH {
         return refuse(StatusCode::NOT_FOUND, "no such internal endpoint");
     }
     if req.method() != Method::POST {
@@ -102,10 +108,27 @@ async fn handle(
             );
         }
     };
-    if let Err(e) = jsonrpc::check_depth(&body, bridge.config.limits.max_json_depth) {
+    let session = parts.uri.path() == hop::SESSION_PATH;
+    // A session's message sits one level down in the hop's body, and is checked on its own
+    // when parsed; a retry's params sit where they did in the client's request.
+    let depth = bridge.config.limits.max_json_depth + usize::from(session);
+    if let Err(e) = jsonrpc::check_depth(&body, depth) {
         return refuse(StatusCode::BAD_REQUEST, &e.to_string());
     }
-    let forwarded: hop::Body = match serde_json::from_slice(&body) {
+    if session {
+        return serve_session(&bridge, &from, &body).await;
+    }
+    serve_retry(&bridge, &from, peer, &body)
+}
+
+/// A retry of a call parked here, handed to the engine; its replies stream back as SSE.
+fn serve_retry(
+    bridge: &Arc<Bridge>,
+    from: &str,
+    peer: std::net::SocketAddr,
+    body: &[u8],
+) -> hyper::Response<Body> {
+    let forwarded: hop::Body = match serde_json::from_slice(body) {
         Ok(body) => body,
         Err(e) => {
             tracing::warn!(%peer, %from, "internal hop with a malformed body: {e}");
@@ -161,6 +184,86 @@ async fn handle(
         ))
     });
     respond::event_stream(events)
+}
+
+/// A request of a legacy session held here, served by the legacy face as if its client had
+/// sent it here, for the principal the sending replica computed (under the MAC). A session held
+/// elsewhere is gone: a request is forwarded at most once.
+async fn serve_session(bridge: &Arc<Bridge>, from: &str, body: &[u8]) -> hyper::Response<Body> {
+    let forwarded: hop::Session = match serde_json::from_slice(body) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::warn!(%from, "internal hop with a malformed session body: {e}");
+            return refuse(StatusCode::BAD_REQUEST, "malformed hop body");
+        }
+    };
+    let Some(backend) = bridge.route(&forwarded.backend) else {
+        tracing::warn!(%from, backend = %forwarded.backend, "internal hop for an unknown backend");
+        return refuse(StatusCode::NOT_FOUND, "unknown backend");
+    };
+    let shape = match (forwarded.method.as_str(), forwarded.message) {
+        ("POST", Some(message)) => Shape::Post(message),
+        ("GET", None) => Shape::Get,
+        ("DELETE", None) => Shape::Delete,
+        (method, _) => {
+            tracing::warn!(%from, %method, "internal hop with a session request of no known shape");
+            return refuse(StatusCode::BAD_REQUEST, "malformed hop body");
+        }
+    };
+    let answer = match bridge.locate(backend, &forwarded.session, &forwarded.principal) {
+        Found::Here(live) => {
+            let request = match shape {
+                Shape::Post(message) => {
+                    let batches = live.version() == "2025-03-26";
+                    parse(bridge, message, batches).map(legacy::Held::Post)
+                }
+                Shape::Get => Ok(legacy::Held::Get {
+                    last_event: forwarded.last_event_id,
+                }),
+                Shape::Delete => Ok(legacy::Held::Delete),
+            };
+            match request {
+                Ok(request) => legacy::held(bridge, &live, request).await,
+                Err(refused) => Err(refused),
+            }
+        }
+        Found::Owner { owner, .. } => {
+            tracing::warn!(%from, %owner, "a forwarded legacy session request names another replica as owner: gone, a request is forwarded at most once");
+            Err(legacy::gone(None))
+        }
+        Found::Gone => Err(legacy::gone(None)),
+    };
+    let mut resp = answer.unwrap_or_else(Refusal::into_response);
+    // Names the session it answers for: the sending replica relays only such an answer.
+    if let Ok(session) = HeaderValue::from_str(&forwarded.session) {
+        resp.headers_mut().insert(MCP_SESSION_ID, session);
+    }
+    resp
+}
+
+/// What a forwarded session request is.
+enum Shape {
+    Post(Value),
+    Get,
+    Delete,
+}
+
+/// A forwarded POST's message (or batch, where the session's version takes them), checked as
+/// the legacy face checks a client's.
+fn parse(bridge: &Bridge, message: Value, batches: bool) -> Result<Vec<jsonrpc::Message>, Refusal> {
+    let bytes = serde_json::to_vec(&message).expect("JSON values serialize");
+    let depth = bridge.config.limits.max_json_depth;
+    let parsed = if batches {
+        jsonrpc::parse_many(&bytes, depth)
+    } else {
+        jsonrpc::parse(&bytes, depth).map(|m| vec![m])
+    };
+    parsed.map_err(|e| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        id: None,
+        error: e.to_error(),
+        method: crate::metrics::Method::Other,
+    })
 }
 
 fn now_ms() -> u64 {

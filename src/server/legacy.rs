@@ -4,19 +4,24 @@
 //! ([`serve`]): a POST of a request (answered as JSON, or as an event stream when the backend
 //! says something first), of a notification or of a response (202), a GET for the session's own
 //! stream, a DELETE to end it. What the session is and where its messages go is the engine's
-//! (`bridge::session`); this face only reads and writes HTTP.
+//! (`bridge::session`); this face only reads and writes HTTP. A session another replica holds
+//! is served there: its requests cross the internal hop ([`forward`]; the owner's end is
+//! `server::internal`, which hands them to [`held`]).
 
 use super::Body;
 use super::request::{principal, read_messages, single};
 use super::respond::{self, Refusal};
 use crate::bridge::Bridge;
-use crate::bridge::session::{self, Answer, Initialize, Live, Refused};
+use crate::bridge::session::{self, Answer, Found, Initialize, Live, Refused};
 use crate::bridge::streams;
 use crate::jsonrpc::{self, ErrorObject, INVALID_PARAMS, INVALID_REQUEST, Id, Message, Payload};
 use crate::protocol::header::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::seal::Digest;
+use crate::wire::hop;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::Value;
 use std::sync::Arc;
@@ -58,8 +63,9 @@ pub async fn initialize(
     }
 }
 
-/// A request of an open session: its id opened once and checked once; a session that is not
-/// this client's here, for whatever reason, is 404 (the client initializes again).
+/// A request of an open session: its id opened once and checked once; a session held by
+/// another replica of the fleet is forwarded there ([`forward`]), and one that is not
+/// this client's, for whatever reason, is 404 (the client initializes again).
 pub async fn serve(
     bridge: &Arc<Bridge>,
     backend: usize,
@@ -72,37 +78,150 @@ pub async fn serve(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let principal = principal(&bridge.config.principal, headers).map_err(bad)?;
-    let Ok(live) = bridge.session(backend, token, &principal) else {
-        return Err(gone(None));
+    let live = match bridge.locate(backend, token, &principal) {
+        Found::Here(live) => live,
+        Found::Owner { owner, addr } => {
+            check_version(headers)?;
+            let to = Owner {
+                token: token.to_owned(),
+                principal,
+                owner,
+                addr,
+            };
+            return forward(bridge, backend, to, req).await;
+        }
+        Found::Gone => return Err(gone(None)),
     };
     check_version(headers)?;
-    match *req.method() {
-        Method::POST => post(bridge, &live, req).await,
-        Method::GET => {
-            let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-            Ok(listen(&live, last))
+    let request = match *req.method() {
+        Method::POST => {
+            let batches = live.version() == "2025-03-26";
+            Held::Post(read_messages(bridge, req, batches).await?.1)
         }
-        Method::DELETE => {
-            bridge.end_session(&live);
+        Method::GET => Held::Get {
+            last_event: last_event(headers),
+        },
+        Method::DELETE => Held::Delete,
+        _ => return Ok(not_allowed()),
+    };
+    held(bridge, &live, request).await
+}
+
+/// The `Last-Event-ID` a GET resumes after, if any.
+fn last_event(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("last-event-id")?.to_str().ok()?;
+    Some(value.to_owned())
+}
+
+/// A request of a session, read from its client or from the hop.
+#[derive(Debug)]
+pub(super) enum Held {
+    /// One message, or (2025-03-26) a batch.
+    Post(Vec<Message>),
+    /// The session's stream, or one resumed after `last_event`.
+    Get {
+        last_event: Option<String>,
+    },
+    Delete,
+}
+
+/// A request of a session held here, from its client or forwarded by the replica it reached.
+pub(super) async fn held(
+    bridge: &Bridge,
+    live: &Arc<Live>,
+    request: Held,
+) -> Result<hyper::Response<Body>, Refusal> {
+    match request {
+        Held::Post(messages) => post(live, messages).await,
+        Held::Get { last_event } => Ok(listen(live, last_event.as_deref())),
+        Held::Delete => {
+            bridge.end_session(live);
             Ok(respond::empty(StatusCode::OK))
-        }
-        _ => {
-            let mut resp = Refusal::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                None,
-                INVALID_REQUEST,
-                "a session's requests are POST, GET and DELETE",
-            )
-            .into_response();
-            resp.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-            Ok(resp)
         }
     }
 }
 
+/// 405: a method a session has no use for.
+pub(super) fn not_allowed() -> hyper::Response<Body> {
+    let mut resp = Refusal::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        None,
+        INVALID_REQUEST,
+        "a session's requests are POST, GET and DELETE",
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    resp
+}
+
+/// Where a legacy session another replica holds is served: read from its id's seal.
+#[derive(Debug)]
+struct Owner {
+    /// The session id, as the client sent it.
+    token: String,
+    /// The client's principal, as this replica computed it.
+    principal: Digest,
+    owner: String,
+    addr: String,
+}
+
+/// Forwards a request of a legacy session to the replica that holds it and relays its answer
+/// as it comes (a JSON body, or an event stream for as long as it lasts). A POST's message is
+/// read and checked here first, within this replica's limits. An owner that cannot be reached
+/// leaves the session gone (404): the client initializes again.
+async fn forward(
+    bridge: &Arc<Bridge>,
+    backend: usize,
+    to: Owner,
+    req: hyper::Request<Incoming>,
+) -> Result<hyper::Response<Body>, Refusal> {
+    let method = req.method().clone();
+    let last_event_id = last_event(req.headers());
+    let message = match method {
+        // A batch is read as one: the owner knows whether the session's version takes them.
+        Method::POST => {
+            let mut messages = read_messages(bridge, req, true).await?.1;
+            Some(match messages.len() {
+                1 => messages.remove(0).into_value(),
+                _ => Value::Array(messages.into_iter().map(Message::into_value).collect()),
+            })
+        }
+        Method::GET | Method::DELETE => None,
+        _ => return Ok(not_allowed()),
+    };
+    let request = hop::Session {
+        backend: bridge.config.backends[backend].path.clone(),
+        principal: to.principal,
+        method: method.to_string(),
+        session: to.token,
+        message,
+        last_event_id,
+    };
+    let Some(answer) = bridge.forward_session(&to.owner, &to.addr, &request).await else {
+        return Err(gone(None));
+    };
+    let mut resp = hyper::Response::builder().status(answer.status);
+    if let Some(kind) = answer.content_type {
+        if kind.as_bytes().starts_with(b"text/event-stream") {
+            // As the owner's own event stream says: nothing between here and the client holds
+            // events back.
+            resp = resp
+                .header(header::CACHE_CONTROL, "no-cache")
+                .header("x-accel-buffering", "no");
+        }
+        resp = resp.header(header::CONTENT_TYPE, kind);
+    }
+    let body = answer
+        .body
+        .map(|chunk| Ok::<_, std::convert::Infallible>(Frame::data(chunk)));
+    Ok(resp
+        .body(BodyExt::boxed_unsync(StreamBody::new(body)))
+        .expect("valid response"))
+}
+
 /// 404: the session is not (or no longer) one this client can use.
-fn gone(id: Option<&Id>) -> Refusal {
+pub(super) fn gone(id: Option<&Id>) -> Refusal {
     Refusal::new(
         StatusCode::NOT_FOUND,
         id,
@@ -131,12 +250,9 @@ fn check_version(headers: &HeaderMap) -> Result<(), Refusal> {
 
 /// A POST of a session: one JSON-RPC message, or (2025-03-26 only) a batch of them.
 async fn post(
-    bridge: &Bridge,
     live: &Arc<Live>,
-    req: hyper::Request<Incoming>,
+    mut messages: Vec<Message>,
 ) -> Result<hyper::Response<Body>, Refusal> {
-    let batches = live.version() == "2025-03-26";
-    let (_, mut messages) = read_messages(bridge, req, batches).await?;
     if messages.len() == 1 {
         return one(live, messages.remove(0)).await;
     }

@@ -1,7 +1,10 @@
-//! The internal hop's format: a retry forwarded from one replica to the replica that holds its
-//! call. The request is a JSON body ([`Body`]) under headers that a MAC, derived from the state key
-//! ring, binds to the method, path, body digest, time, target and sender; the answer is an SSE
-//! stream of [`Reply`] events. The client is `bridge::forward`; the listener `server::internal`.
+//! The internal hop's format: a request forwarded from one replica to the replica that holds
+//! what it needs. Two kinds, each at a path of its own: a retry of a parked call ([`PATH`],
+//! body [`Body`]), answered with an SSE stream of [`Reply`] events; and a request of a legacy
+//! client's session ([`SESSION_PATH`], body [`Session`]), answered with the legacy face's own
+//! answer, marked as the session's by its `Mcp-Session-Id`. Either body goes under headers that
+//! a MAC, derived from the state key ring, binds to the method, path, body digest, time, target
+//! and sender. The client is `bridge::forward`; the listener `server::internal`.
 
 use super::Reply;
 use crate::jsonrpc::{self, ErrorObject};
@@ -12,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
-/// The one path of the internal listener.
+/// The internal listener's path for retries.
 pub const PATH: &str = "/internal/v1/resume";
+/// The internal listener's path for requests of legacy sessions.
+pub const SESSION_PATH: &str = "/internal/v1/session";
 /// The hop marker: present (value `1`) on every forwarded request, and covered by the MAC.
 pub const MARKER: &str = "x-mrtr-hop";
 pub const TO: &str = "x-mrtr-hop-to";
@@ -46,6 +51,26 @@ pub struct Body {
     pub params: Map<String, Value>,
 }
 
+/// The body of a forwarded request of a legacy client's session: the client's request as it
+/// came, and the principal the forwarding replica computed from its credential (the owner
+/// takes the principal from here only, under the MAC).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Session {
+    /// The backend's path, as in [`Body`].
+    pub backend: String,
+    pub principal: Digest,
+    /// The client's HTTP method: `POST`, `GET` or `DELETE`.
+    pub method: String,
+    /// The client's `Mcp-Session-Id`, sealed, as it came.
+    pub session: String,
+    /// A POST's JSON-RPC message (or a 2025-03-26 batch of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Value>,
+    /// A GET's `Last-Event-ID`: the stream it resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_id: Option<String>,
+}
+
 /// The bytes the hop MAC covers.
 fn signed_bytes(
     method: &str,
@@ -62,7 +87,7 @@ fn signed_bytes(
     .into_bytes()
 }
 
-/// The headers of a forwarded request from `from` to `to` carrying `body`.
+/// The headers of a forwarded retry from `from` to `to` carrying `body`.
 pub fn sign(
     keys: &seal::KeyRing,
     to: &str,
@@ -70,7 +95,19 @@ pub fn sign(
     body: &[u8],
     time_ms: u64,
 ) -> Vec<(&'static str, String)> {
-    let tag = keys.mac(&signed_bytes("POST", PATH, body, time_ms, to, from));
+    sign_at(PATH, keys, to, from, body, time_ms)
+}
+
+/// The headers of a request from `from` to `to` carrying `body`, POSTed to `path`.
+pub fn sign_at(
+    path: &str,
+    keys: &seal::KeyRing,
+    to: &str,
+    from: &str,
+    body: &[u8],
+    time_ms: u64,
+) -> Vec<(&'static str, String)> {
+    let tag = keys.mac(&signed_bytes("POST", path, body, time_ms, to, from));
     vec![
         (MARKER, "1".to_owned()),
         (TO, to.to_owned()),
@@ -219,6 +256,42 @@ mod tests {
             verify(&other, &head(&ok), b"body", "a", skew, now),
             Err(Error::BadMac)
         ));
+    }
+
+    #[test]
+    fn a_hop_is_bound_to_its_path() {
+        let ring = seal::KeyRing::new(vec![seal::Key::generate("k").unwrap().0]).unwrap();
+        let skew = Duration::from_secs(30);
+        let now = 1_000_000;
+        let at = |path: &str, headers: &[(&'static str, String)]| {
+            let mut parts = head(headers);
+            parts.uri = path.parse().unwrap();
+            verify(&ring, &parts, b"body", "a", skew, now)
+        };
+        let session = sign_at(SESSION_PATH, &ring, "a", "b", b"body", now);
+        assert_eq!(at(SESSION_PATH, &session).unwrap(), "b");
+        assert!(matches!(at(PATH, &session), Err(Error::BadMac)));
+        // A retry's headers are what they were: signed for the retry path only.
+        let retry = sign(&ring, "a", "b", b"body", now);
+        assert_eq!(retry, sign_at(PATH, &ring, "a", "b", b"body", now));
+        assert!(matches!(at(SESSION_PATH, &retry), Err(Error::BadMac)));
+    }
+
+    #[test]
+    fn a_session_request_without_a_message_leaves_it_out() {
+        let get = Session {
+            backend: "/mcp".into(),
+            principal: seal::digest(b"p"),
+            method: "GET".into(),
+            session: "s1.x".into(),
+            message: None,
+            last_event_id: None,
+        };
+        let text = serde_json::to_string(&get).unwrap();
+        assert!(!text.contains("message"), "{text}");
+        assert!(!text.contains("last_event_id"), "{text}");
+        let back: Session = serde_json::from_str(&text).unwrap();
+        assert_eq!((back.method.as_str(), back.message), ("GET", None));
     }
 
     #[test]
