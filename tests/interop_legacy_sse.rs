@@ -1,7 +1,8 @@
 //! 2024-11-05 HTTP+SSE clients through the gateway's HTTP+SSE face, with a real third-party SDK:
 //! the PyPI `mcp==1.30.0` `sse_client` and `ClientSession` (`tests/interop/legacy_driver.py
 //! --sse`) in front of a FastMCP server of the same release over Streamable HTTP, and of the
-//! built-in fixture server. Every tool must return what the client's callbacks answered
+//! built-in fixture server, FastMCP over stdio, and the 2026-07-28 `mcp==2.3.0` server (the
+//! reverse bridge) over HTTP and stdio. Every tool must return what the client's callbacks answered
 //! (elicitation accepted, declined and cancelled, sampling, roots, calls of several rounds), two
 //! principals at once each on their own stream, and 2026-07-28 clients on the backend's own
 //! path at the same time.
@@ -10,8 +11,9 @@
 mod harness;
 
 use harness::{
-    assert_client_passed, assert_legacy_driver_passed, run_client, run_legacy_driver,
-    start_fastmcp, start_gateway,
+    assert_client_passed, assert_legacy_driver_passed, legacy_python, legacy_server_script,
+    modern_server_stdio_toml, run_client, run_legacy_driver, start_fastmcp, start_gateway,
+    start_modern_server_http,
 };
 
 /// FastMCP declares no `logging`, so the driver has nothing to set there.
@@ -57,4 +59,30 @@ fn sse_clients_reach_the_fixture_server() {
         run_legacy_driver(&sse_url(&url), "dave", &["--sse", "--server", "fixture"]),
         "dave",
     );
+}
+
+#[test]
+fn sse_clients_reach_fastmcp_over_stdio() {
+    let (_gateway, url) = start_gateway(&format!(
+        "[[backend]]\nname = \"fastmcp\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n{PATHS}",
+        legacy_python().display().to_string(),
+        legacy_server_script().display().to_string(),
+    ));
+    assert_legacy_driver_passed(run_legacy_driver(&sse_url(&url), "erin", &FASTMCP), "erin");
+}
+
+#[test]
+fn sse_clients_reach_a_modern_server_through_the_reverse_bridge() {
+    let (_server, backend) = start_modern_server_http();
+    let (_gateway, url) = start_gateway(&format!(
+        "[[backend]]\nname = \"modern\"\nkind = \"http\"\nurl = \"{backend}\"\n{PATHS}"
+    ));
+    let modern = ["--sse", "--server", "modern"];
+    assert_legacy_driver_passed(run_legacy_driver(&sse_url(&url), "gina", &modern), "gina");
+    // And over stdio.
+    let (_gateway, url) = start_gateway(&format!(
+        "[[backend]]\nname = \"modern\"\n{}{PATHS}",
+        modern_server_stdio_toml()
+    ));
+    assert_legacy_driver_passed(run_legacy_driver(&sse_url(&url), "hugo", &modern), "hugo");
 }
