@@ -8,7 +8,7 @@ mod common;
 mod legacy_client;
 
 use common::*;
-use legacy_client::Legacy;
+use legacy_client::{Legacy, answers, caps, tool_text};
 use mrtr_gateway::config::PrincipalSource;
 use mrtr_gateway::seal::{self, Key, KeyRing, SessionClaims};
 use mrtr_gateway::wire::hop;
@@ -16,27 +16,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn caps() -> Value {
-    json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
-}
-
-fn tool_text(response: &Value) -> Value {
-    let text = response["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text content: {response:#}"));
-    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
-}
-
-/// What the client answers each request of the backend with.
-fn answers(request: &Value) -> Value {
-    match request["method"].as_str() {
-        Some("elicitation/create") => json!({"action": "accept", "content": {"name": "Ada"}}),
-        Some("sampling/createMessage") => sampled("sampled by ada"),
-        Some("roots/list") => roots(&["file:///ada"]),
-        other => panic!("unexpected request {other:?}"),
-    }
-}
 
 fn now_ms() -> u64 {
     SystemTime::now()

@@ -8,30 +8,9 @@ mod common;
 mod legacy_client;
 
 use common::*;
-use legacy_client::Legacy;
-use serde_json::{Value, json};
+use legacy_client::{Legacy, answers, caps, tool_text};
+use serde_json::json;
 use std::time::Duration;
-
-fn caps() -> Value {
-    json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
-}
-
-fn tool_text(response: &Value) -> Value {
-    let text = response["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text content: {response:#}"));
-    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
-}
-
-/// What a client answers each request of the backend with.
-fn answers(request: &Value) -> Value {
-    match request["method"].as_str() {
-        Some("elicitation/create") => json!({"action": "accept", "content": {"name": "Ada"}}),
-        Some("sampling/createMessage") => sampled("sampled by ada"),
-        Some("roots/list") => roots(&["file:///ada"]),
-        other => panic!("unexpected request {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn a_session_carries_the_backends_requests_to_the_client_and_back() {

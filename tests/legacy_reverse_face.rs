@@ -9,8 +9,8 @@ mod harness;
 mod legacy_client;
 
 use harness::{Proc, start_gateway};
-use legacy_client::Legacy;
-use serde_json::{Value, json};
+use legacy_client::{Legacy, tool_text};
+use serde_json::json;
 use std::process::{Command, Stdio};
 
 fn start_modern_fixture() -> (Proc, String) {
@@ -31,13 +31,6 @@ fn gateway() -> (Proc, Proc, String) {
         "[[backend]]\nname = \"modern\"\nkind = \"http\"\nurl = \"{backend}\"\n"
     ));
     (server, gateway, url)
-}
-
-fn text(response: &Value) -> Value {
-    let text = response["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text: {response:#}"));
-    serde_json::from_str(text).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -64,7 +57,7 @@ async fn a_form_round_becomes_a_request_to_the_client() {
         answer["result"].get("resultType").is_none(),
         "legacy shape: {answer:#}"
     );
-    assert_eq!(text(&answer)["content"]["name"], "Ada", "{answer:#}");
+    assert_eq!(tool_text(&answer)["content"]["name"], "Ada", "{answer:#}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -89,7 +82,7 @@ async fn url_elicitation_carries_an_id_and_its_completion_for_2025_11_25() {
         .expect("an elicitationId");
     assert_eq!(seen[1]["method"], "notifications/elicitation/complete");
     assert_eq!(seen[1]["params"]["elicitationId"], elicitation);
-    assert_eq!(text(&answer), json!({"url": "accept"}), "{answer:#}");
+    assert_eq!(tool_text(&answer), json!({"url": "accept"}), "{answer:#}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,6 +13,31 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The capabilities a client that takes every request of a backend declares at `initialize`.
+pub fn caps() -> Value {
+    json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
+}
+
+/// A tool result's text, read as JSON where it is (the fixture's tools answer JSON text).
+pub fn tool_text(response: &Value) -> Value {
+    let text = response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content: {response:#}"));
+    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+}
+
+/// What such a client answers each request of the backend with: the name Ada, a sample, its
+/// one root.
+pub fn answers(request: &Value) -> Value {
+    match request["method"].as_str() {
+        Some("elicitation/create") => json!({"action": "accept", "content": {"name": "Ada"}}),
+        Some("sampling/createMessage") => json!({"role": "assistant",
+            "content": {"type": "text", "text": "sampled by ada"}, "model": "test-model"}),
+        Some("roots/list") => json!({"roots": [{"uri": "file:///ada"}]}),
+        other => panic!("unexpected request {other:?}"),
+    }
+}
+
 /// One legacy client: the gateway's URL, its credential, and its session once initialized.
 #[derive(Clone)]
 pub struct Legacy {
