@@ -1,9 +1,11 @@
-//! Legacy clients' sessions: what an `initialize` on the gateway's face opens. Each session is
-//! one backend session of its own (a faithful proxy, `upstream::session::proxy`), kept here
-//! under a random key; the client holds a sealed `Mcp-Session-Id` naming the key, its
-//! principal, this replica and the backend, which is opened once and checked once
-//! ([`Bridge::session`]). Sessions are bounded per principal and in total, and end when idle,
-//! when the client deletes them, or when their backend session ends.
+//! Legacy clients' sessions: what an `initialize` on the gateway's face opens. On a legacy
+//! backend each session is one backend session of its own (a faithful proxy,
+//! `upstream::session::proxy`); on a 2026-07-28 backend it is the reverse bridge's
+//! (`bridge::reverse`). Sessions are kept here under a random key; the client holds a sealed
+//! `Mcp-Session-Id` naming the key, its principal, this replica and the backend, which is
+//! opened once and checked once ([`Bridge::locate`]: here, at its owner, or gone). Sessions are
+//! bounded per principal and in total, and end when idle, when the client deletes them, or when
+//! their backend session ends.
 //!
 //! Nothing here knows HTTP: a face hands over the client's messages and reads the streams the
 //! session gives back.
