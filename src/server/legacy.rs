@@ -386,8 +386,10 @@ impl Sending {
             if is_response(&next) {
                 sending.rx = None;
             }
-            let id = sending.live.streams.sent(sending.stream, &next);
-            let event = Bytes::from(crate::sse::encode_with_id("message", &id, &next));
+            let event = sending
+                .live
+                .streams
+                .sent(sending.stream, |id| sse_event(id, &next));
             Some((Ok(Frame::data(event)), sending))
         })
     }
@@ -401,6 +403,11 @@ impl Drop for Sending {
     }
 }
 
+/// One event of a session's stream, under its id.
+fn sse_event(id: &str, msg: &Value) -> Bytes {
+    Bytes::from(crate::sse::encode_with_id("message", id, msg))
+}
+
 /// The session's own stream (GET): the backend's messages that belong to no request, until
 /// the session ends. One at a time: 409 while another is open. With `Last-Event-ID`, a stream
 /// the client lost is resumed instead: what it missed, then what is still to come on it.
@@ -408,10 +415,10 @@ fn listen(live: &Arc<Live>, last_event: Option<&str>) -> hyper::Response<Body> {
     let resumed = last_event.and_then(|id| live.streams.resume(id));
     if let Some(resumed) = resumed.filter(|r| r.stream != streams::STANDALONE) {
         let stream = resumed.stream;
-        let missed = resumed.missed.into_iter().map(move |(n, msg)| {
-            let event = crate::sse::encode_with_id("message", &format!("{stream}-{n}"), &msg);
-            Ok(Frame::data(Bytes::from(event)))
-        });
+        let missed = resumed
+            .missed
+            .into_iter()
+            .map(|event| Ok(Frame::data(event)));
         let rest = Sending {
             live: live.clone(),
             stream,
@@ -434,18 +441,14 @@ fn listen(live: &Arc<Live>, last_event: Option<&str>) -> hyper::Response<Body> {
         .map(|r| r.missed)
         .unwrap_or_default()
         .into_iter()
-        .map(|(n, msg)| {
-            let id = format!("{}-{n}", streams::STANDALONE);
-            Ok(Frame::data(Bytes::from(crate::sse::encode_with_id(
-                "message", &id, &msg,
-            ))))
-        })
+        .map(|event| Ok(Frame::data(event)))
         .collect();
     let live = live.clone();
     let events = futures_util::stream::unfold((listen, live), |(mut listen, live)| async move {
         let next = listen.recv().await?;
-        let id = live.streams.sent(streams::STANDALONE, &next);
-        let event = Bytes::from(crate::sse::encode_with_id("message", &id, &next));
+        let event = live
+            .streams
+            .sent(streams::STANDALONE, |id| sse_event(id, &next));
         Some((Ok(Frame::data(event)), (listen, live)))
     });
     respond::event_stream(futures_util::stream::iter(missed).chain(events))
