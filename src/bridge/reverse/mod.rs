@@ -55,6 +55,8 @@ pub struct Reverse {
     session: Outbound,
     /// What the upstream `subscriptions/listen` asks for, and the task that holds it open.
     listen: Mutex<Listening>,
+    /// The most input requests one round may ask of the client (`limits.max_input_requests`).
+    max_asked: usize,
     /// How long the client may take to answer a request of the backend (`state.park_ttl`, as
     /// long as a parked call waits for its retry).
     answer_wait: std::time::Duration,
@@ -108,6 +110,7 @@ impl Reverse {
             inflight: Mutex::default(),
             session: client.session,
             listen: Mutex::default(),
+            max_asked: bridge.config.limits.max_input_requests,
             answer_wait: bridge.config.state.park_ttl,
             stop: CancellationToken::new(),
         });
@@ -412,6 +415,16 @@ impl Reverse {
                 "the backend's input_required result has no inputRequests",
             ));
         };
+        if requests.len() > self.max_asked {
+            return Err(ErrorObject::new(
+                INTERNAL_ERROR,
+                format!(
+                    "the backend asked for {} inputs at once, more than limits.max_input_requests ({})",
+                    requests.len(),
+                    self.max_asked
+                ),
+            ));
+        }
         let mut waiting = Vec::new();
         let mut urls = Vec::new();
         for (key, request) in requests {
