@@ -43,13 +43,24 @@ impl Fleet {
     /// An in-process replica; `fleet` goes into its `[fleet]` table (an internal listener,
     /// say), `server_args` to its built-in legacy server.
     async fn replica(&self, id: &str, fleet: &str, server_args: &[&str]) -> Gateway {
+        self.replica_with(id, fleet, server_args, "").await
+    }
+
+    /// `replica` with `backend_extra` lines in its `[[backend]]` table.
+    async fn replica_with(
+        &self,
+        id: &str,
+        fleet: &str,
+        server_args: &[&str],
+        backend_extra: &str,
+    ) -> Gateway {
         Gateway::with(Options {
             server_args: server_args.iter().map(|a| a.to_string()).collect(),
             extra: format!(
                 "[state]\nkeys = [{{ id = \"k\", secret = \"{}\" }}]\n[fleet]\nreplica_id = \"{id}\"\n{fleet}\n",
                 self.secret
             ),
-            ..Default::default()
+            backend_extra: format!("{}{backend_extra}", Options::default().backend_extra),
         })
         .await
     }
@@ -364,4 +375,48 @@ async fn batches_and_resumptions_cross_the_hop() {
     let response = resumed.next().await.expect("the response through B");
     assert_eq!(response["id"], 3, "{response:#}");
     assert_eq!(tool_text(&response)["content"]["name"], "Ada");
+}
+
+#[tokio::test]
+async fn an_http_sse_stream_takes_its_messages_through_another_replica() {
+    let fleet = Fleet::new();
+    let paths = "sse_path = \"/sse\"\nmessages_path = \"/messages\"\n";
+    let a = fleet.replica_with("a", INTERNAL, &[], paths).await;
+    let b = fleet.replica_with("b", INTERNAL, &[], paths).await;
+    let base = |gw: &Gateway| gw.url.strip_suffix("/mcp").unwrap().to_owned();
+    let mut stream = alice(&format!("{}/sse", base(&a)))
+        .send("GET", None, &[])
+        .await;
+    let (name, endpoint) = stream.event().await.expect("the endpoint event");
+    assert_eq!(name, "endpoint");
+    // Every message goes to B; the stream, and so the session, is A's.
+    let to_b = alice(&format!("{}{endpoint}", base(&b)));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": caps(),
+        "clientInfo": {"name": "sse", "version": "1"}}});
+    assert_eq!(to_b.post(&init).await.status, 202);
+    let result = stream
+        .next()
+        .await
+        .expect("initialize's result on A's stream");
+    assert_eq!(
+        result["result"]["protocolVersion"], "2024-11-05",
+        "{result:#}"
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "via b"}}});
+    assert_eq!(to_b.post(&call).await.status, 202);
+    let echoed = stream
+        .next()
+        .await
+        .expect("the call's response on A's stream");
+    assert_eq!(tool_text(&echoed), json!({"echo": "via b"}));
+    assert_eq!(legacy_sessions(&a), 1);
+    assert_eq!(legacy_sessions(&b), 0);
+    // Another principal's message for the stream, through B: gone, and nothing reaches A's
+    // backend.
+    let mut mallory = to_b.clone();
+    mallory.authorization = Some("Bearer mallory".into());
+    assert_eq!(mallory.post(&call).await.status, 404);
+    assert_eq!(heard(&a, "tools/call"), 1);
 }

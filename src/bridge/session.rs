@@ -452,6 +452,42 @@ impl Bridge {
         Found::Here(live)
     }
 
+    /// Where the HTTP+SSE stream `token` names is held, if it is one of `principal`'s with
+    /// `backend`: here (under the key returned), or at its owner. Opened once and checked once
+    /// like a session id.
+    pub fn locate_stream(
+        &self,
+        backend: usize,
+        token: &str,
+        principal: &Digest,
+    ) -> Result<ParkId, Found> {
+        let Ok(claims) = self.keys.open_stream(token) else {
+            return Err(Found::Gone);
+        };
+        let theirs =
+            claims.principal == *principal && claims.backend == self.config.backends[backend].name;
+        if !theirs {
+            return Err(Found::Gone);
+        }
+        if claims.owner != self.config.state.owner {
+            return Err(self.owner_of(claims));
+        }
+        Ok(claims.session)
+    }
+
+    /// The sealed id of an HTTP+SSE stream held here under `key`.
+    pub fn stream_id(&self, backend: usize, key: ParkId, principal: Digest) -> String {
+        self.keys.seal_stream(&SessionClaims {
+            session: key,
+            owner: self.config.state.owner.clone(),
+            owner_addr: self.advertise().map(str::to_owned),
+            principal,
+            backend: self.config.backends[backend].name.clone(),
+            version: "2024-11-05".into(),
+            capabilities: 0,
+        })
+    }
+
     /// Another replica's session: its owner, if this replica is part of a fleet and the
     /// sealed address is one the gateway dials (it is only ever read from inside the seal).
     fn owner_of(&self, claims: SessionClaims) -> Found {

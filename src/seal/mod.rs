@@ -279,6 +279,8 @@ const RELAYED: &str = "r1.";
 
 /// The frame of a legacy client's session id.
 const SESSION: &str = "s1.";
+/// The frame of an HTTP+SSE client's stream id (its `endpoint` event's `session_id`).
+const STREAM: &str = "e1.";
 
 /// Associated data: the frame and key id, as the token starts (`v1.<id>` for parked states,
 /// as they have always been bound).
@@ -333,6 +335,16 @@ impl KeyRing {
 
     pub fn open_session(&self, token: &str) -> Result<SessionClaims, Invalid> {
         self.open_as(SESSION, token)
+    }
+
+    /// Seals an HTTP+SSE stream's claims into the id its client POSTs with; it opens only with
+    /// [`KeyRing::open_stream`], never as a session id.
+    pub fn seal_stream(&self, claims: &SessionClaims) -> String {
+        self.seal_as(STREAM, claims)
+    }
+
+    pub fn open_stream(&self, token: &str) -> Result<SessionClaims, Invalid> {
+        self.open_as(STREAM, token)
     }
 
     /// Whether `token` is framed as a relayed call's state (says nothing of its seal).

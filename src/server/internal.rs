@@ -7,6 +7,7 @@
 
 use super::Body;
 use super::legacy;
+use super::legacy_sse;
 use super::listener::{self, BodyError, Limits, read_body};
 use super::respond::{self, Refusal};
 use crate::bridge::session::Found;
@@ -15,6 +16,7 @@ use crate::jsonrpc;
 use crate::metrics::Listener;
 use crate::protocol::header::MCP_SESSION_ID;
 use crate::protocol::{self, meta::RequestMeta};
+use crate::seal::Digest;
 use crate::shard::Shards;
 use crate::wire::hop;
 use bytes::Bytes;
@@ -210,6 +212,14 @@ async fn serve_session(bridge: &Arc<Bridge>, from: &str, body: &[u8]) -> hyper::
             return refuse(StatusCode::BAD_REQUEST, "malformed hop body");
         }
     };
+    if forwarded.stream {
+        let session = (
+            forwarded.session,
+            forwarded.principal,
+            forwarded.authorization,
+        );
+        return stream_message(bridge, from, backend, session, shape).await;
+    }
     let answer = match bridge.locate(backend, &forwarded.session, &forwarded.principal) {
         Found::Here(live) => {
             let request = match shape {
@@ -236,6 +246,41 @@ async fn serve_session(bridge: &Arc<Bridge>, from: &str, body: &[u8]) -> hyper::
     let mut resp = answer.unwrap_or_else(Refusal::into_response);
     // Names the session it answers for: the sending replica relays only such an answer.
     if let Ok(session) = HeaderValue::from_str(&forwarded.session) {
+        resp.headers_mut().insert(MCP_SESSION_ID, session);
+    }
+    resp
+}
+
+/// A message POSTed for an HTTP+SSE stream held here, forwarded by the replica its client
+/// reached: served as the face serves its own (`legacy_sse::held`). A stream held elsewhere is
+/// gone: a request is forwarded at most once.
+async fn stream_message(
+    bridge: &Arc<Bridge>,
+    from: &str,
+    backend: usize,
+    (stream, principal, authorization): (String, Digest, Option<String>),
+    shape: Shape,
+) -> hyper::Response<Body> {
+    let Shape::Post(message) = shape else {
+        return refuse(StatusCode::BAD_REQUEST, "malformed hop body");
+    };
+    let answer = match bridge.locate_stream(backend, &stream, &principal) {
+        Ok(key) => match parse(bridge, message, false) {
+            Ok(mut messages) => {
+                let authorization = authorization.and_then(|v| HeaderValue::from_str(&v).ok());
+                let message = messages.remove(0);
+                legacy_sse::held(bridge, backend, key, principal, authorization, message).await
+            }
+            Err(refused) => Err(refused),
+        },
+        Err(Found::Owner { owner, .. }) => {
+            tracing::warn!(%from, %owner, "a forwarded HTTP+SSE message names another replica as owner: gone, a request is forwarded at most once");
+            Err(legacy::gone(None))
+        }
+        Err(_) => Err(legacy::gone(None)),
+    };
+    let mut resp = answer.unwrap_or_else(Refusal::into_response);
+    if let Ok(session) = HeaderValue::from_str(&stream) {
         resp.headers_mut().insert(MCP_SESSION_ID, session);
     }
     resp

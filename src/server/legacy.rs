@@ -87,6 +87,7 @@ pub async fn serve(
                 principal,
                 owner,
                 addr,
+                stream: None,
             };
             return forward(bridge, backend, to, req).await;
         }
@@ -155,22 +156,26 @@ pub(super) fn not_allowed() -> hyper::Response<Body> {
     resp
 }
 
-/// Where a legacy session another replica holds is served: read from its id's seal.
+/// Where a legacy session (or an HTTP+SSE stream) another replica holds is served: read from
+/// its id's seal.
 #[derive(Debug)]
-struct Owner {
-    /// The session id, as the client sent it.
-    token: String,
+pub(super) struct Owner {
+    /// The session's (or stream's) id, as the client sent it.
+    pub token: String,
     /// The client's principal, as this replica computed it.
-    principal: Digest,
-    owner: String,
-    addr: String,
+    pub principal: Digest,
+    pub owner: String,
+    pub addr: String,
+    /// An HTTP+SSE stream's message, with the client's `Authorization` (its `initialize` may
+    /// open a session with it); `None` for a session's request.
+    pub stream: Option<Option<String>>,
 }
 
 /// Forwards a request of a legacy session to the replica that holds it and relays its answer
 /// as it comes (a JSON body, or an event stream for as long as it lasts). A POST's message is
 /// read and checked here first, within this replica's limits. An owner that cannot be reached
 /// leaves the session gone (404): the client initializes again.
-async fn forward(
+pub(super) async fn forward(
     bridge: &Arc<Bridge>,
     backend: usize,
     to: Owner,
@@ -197,6 +202,8 @@ async fn forward(
         session: to.token,
         message,
         last_event_id,
+        stream: to.stream.is_some(),
+        authorization: to.stream.flatten(),
     };
     let Some(answer) = bridge.forward_session(&to.owner, &to.addr, &request).await else {
         return Err(gone(None));

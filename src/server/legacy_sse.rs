@@ -12,10 +12,11 @@
 //! session through the engine's own check of its sealed id (`Bridge::session`).
 
 use super::Body;
+use super::legacy::{Owner, forward};
 use super::request::{principal, read_message, single};
 use super::respond::{self, Refusal};
 use crate::bridge::Bridge;
-use crate::bridge::session::{self, Initialize, Listen, Live, Refused};
+use crate::bridge::session::{self, Found, Initialize, Listen, Live, Refused};
 use crate::config::Config;
 use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST};
 use crate::jsonrpc::{Id, Message};
@@ -165,7 +166,10 @@ fn open(
         key,
         stream,
         rx,
-        endpoint: Some(format!("{messages}?session_id={key}")),
+        endpoint: Some(format!(
+            "{messages}?session_id={}",
+            bridge.stream_id(backend, key, principal)
+        )),
         listen: None,
         deadline: Instant::now() + idle,
         idle,
@@ -308,37 +312,6 @@ impl Stream {
     }
 }
 
-/// The stream `token` names, if it is one of `principal`'s with `backend` on this engine.
-fn find(
-    bridge: &Arc<Bridge>,
-    backend: usize,
-    token: &str,
-    principal: &Digest,
-) -> Option<Arc<Stream>> {
-    let key = parse_key(token)?;
-    let stream = bridge.waiting::<Stream>(&key)?;
-    let ours = stream.backend == backend && stream.principal == *principal;
-    ours.then_some(stream)
-}
-
-/// A stream id as the `endpoint` event gave it: 32 lowercase hex digits.
-fn parse_key(token: &str) -> Option<ParkId> {
-    let digits = token.as_bytes();
-    if digits.len() != 32 {
-        return None;
-    }
-    let mut key = [0u8; 16];
-    for (byte, pair) in key.iter_mut().zip(digits.chunks(2)) {
-        let hex = |d: u8| match d {
-            b'0'..=b'9' => Some(d - b'0'),
-            b'a'..=b'f' => Some(d - b'a' + 10),
-            _ => None,
-        };
-        *byte = (hex(pair[0])? << 4) | hex(pair[1])?;
-    }
-    Some(ParkId(key))
-}
-
 /// The `session` parameter of a POST's query: there once, or the POST names no stream.
 fn session_param(query: Option<&str>) -> Result<&str, Refusal> {
     let mut found = query
@@ -360,14 +333,45 @@ async fn post(
     backend: usize,
     req: hyper::Request<Incoming>,
 ) -> Result<hyper::Response<Body>, Refusal> {
-    let token = session_param(req.uri().query())?;
+    let token = session_param(req.uri().query())?.to_owned();
     let headers = req.headers();
     let principal = principal(&bridge.config.principal, headers).map_err(bad)?;
-    let stream = find(bridge, backend, token, &principal).ok_or_else(gone)?;
     let authorization = single(headers, &header::AUTHORIZATION)
         .map_err(bad)?
         .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let key = match bridge.locate_stream(backend, &token, &principal) {
+        Ok(key) => key,
+        Err(Found::Owner { owner, addr }) => {
+            let credential = authorization.and_then(|v| v.to_str().ok().map(str::to_owned));
+            let to = Owner {
+                token,
+                principal,
+                owner,
+                addr,
+                stream: Some(credential),
+            };
+            return forward(bridge, backend, to, req).await;
+        }
+        Err(_) => return Err(gone()),
+    };
     let (_, message) = read_message(bridge, req).await?;
+    held(bridge, backend, key, principal, authorization, message).await
+}
+
+/// A message POSTed for a stream held here (under `key`), by its client or forwarded by the
+/// replica it reached.
+pub(super) async fn held(
+    bridge: &Arc<Bridge>,
+    backend: usize,
+    key: ParkId,
+    principal: Digest,
+    authorization: Option<HeaderValue>,
+    message: Message,
+) -> Result<hyper::Response<Body>, Refusal> {
+    let stream = bridge
+        .waiting::<Stream>(&key)
+        .filter(|s| s.backend == backend && s.principal == principal)
+        .ok_or_else(gone)?;
     match message {
         Message::Request { id, method, params } if method == "initialize" => {
             let Some(Value::Object(params)) = params else {
@@ -494,21 +498,6 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stream_id_is_the_hex_of_its_key_and_nothing_else() {
-        let key = ParkId::random();
-        assert!(parse_key(&key.to_string()) == Some(key));
-        for bad in [
-            "",
-            "abc",
-            "0123456789abcdef0123456789ABCDEF",
-            "0123456789abcdef0123456789abcdef0",
-            "0123456789abcdef0123456789abcdeg",
-        ] {
-            assert!(parse_key(bad).is_none(), "{bad}");
-        }
-    }
 
     #[test]
     fn a_post_names_its_stream_once() {

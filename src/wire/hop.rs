@@ -69,6 +69,12 @@ pub struct Session {
     /// A GET's `Last-Event-ID`: the stream it resumes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event_id: Option<String>,
+    /// The message is an HTTP+SSE client's, and `session` its stream's id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    /// An HTTP+SSE client's `Authorization`, which its `initialize` opens a session with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<String>,
 }
 
 /// The bytes the hop MAC covers.
@@ -286,6 +292,8 @@ mod tests {
             session: "s1.x".into(),
             message: None,
             last_event_id: None,
+            stream: false,
+            authorization: None,
         };
         let text = serde_json::to_string(&get).unwrap();
         assert!(!text.contains("message"), "{text}");

@@ -75,21 +75,32 @@ impl Answer {
             }
             return None;
         }
+        let (_, data) = self.event().await?;
+        serde_json::from_str(&data).ok()
+    }
+
+    /// The next event of an event stream with data: its name (`message` when it has none) and
+    /// its data; `None` at the end.
+    pub async fn event(&mut self) -> Option<(String, String)> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let event: String = self.buffer.drain(..end + 2).collect();
                 if let Some(id) = event.lines().find_map(|l| l.strip_prefix("id:")) {
                     self.last_event_id = Some(id.trim().to_owned());
                 }
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
+                let field = |name: &str| -> Vec<String> {
+                    event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix(name))
+                        .map(|v| v.trim_start().to_owned())
+                        .collect()
+                };
+                let data = field("data:");
                 if data.is_empty() {
                     continue;
                 }
-                return serde_json::from_str(&data.join("\n")).ok();
+                let name = field("event:").pop().unwrap_or_else(|| "message".into());
+                return Some((name, data.join("\n")));
             }
             let frame = tokio::time::timeout(WAIT, self.body.frame())
                 .await
@@ -138,7 +149,7 @@ impl Legacy {
         tokio::spawn(conn);
         let mut req = http::Request::builder()
             .method(method)
-            .uri(uri.path())
+            .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
             .header("host", &addr)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
