@@ -426,27 +426,15 @@ impl Bridge {
     /// `backend`: here, or at its owner, another replica this one can reach. The id is opened
     /// once and checked once; every failure is the same [`Found::Gone`].
     pub fn locate(&self, backend: usize, token: &str, principal: &Digest) -> Found {
-        let Ok(claims) = self.keys.open_session(token) else {
-            return Found::Gone;
+        let key = match self.held_here(self.keys.open_session(token), backend, principal) {
+            Ok(key) => key,
+            Err(found) => return found,
         };
-        let theirs =
-            claims.principal == *principal && claims.backend == self.config.backends[backend].name;
-        if !theirs {
-            return Found::Gone;
-        }
-        if claims.owner != self.config.state.owner {
-            return self.owner_of(claims);
-        }
-        let Some(live) = self
-            .sessions_held
-            .live
-            .get(&claims.session)
-            .map(|l| l.clone())
-        else {
+        let Some(live) = self.sessions_held.live.get(&key).map(|l| l.clone()) else {
             return Found::Gone;
         };
         if !live.upstream.is_alive() {
-            self.sessions_held.end(&claims.session);
+            self.sessions_held.end(&key);
             return Found::Gone;
         }
         Found::Here(live)
@@ -461,7 +449,18 @@ impl Bridge {
         token: &str,
         principal: &Digest,
     ) -> Result<ParkId, Found> {
-        let Ok(claims) = self.keys.open_stream(token) else {
+        self.held_here(self.keys.open_stream(token), backend, principal)
+    }
+
+    /// The one check of an opened session or stream id: `principal`'s, for `backend`, and held
+    /// here (its key), or else at its owner, or gone.
+    fn held_here(
+        &self,
+        opened: Result<SessionClaims, crate::seal::Invalid>,
+        backend: usize,
+        principal: &Digest,
+    ) -> Result<ParkId, Found> {
+        let Ok(claims) = opened else {
             return Err(Found::Gone);
         };
         let theirs =

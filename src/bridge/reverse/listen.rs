@@ -3,15 +3,12 @@
 //! `subscriptions/listen` open for what it follows (the lists the backend says change, the
 //! resources subscribed), opened again whenever that changes.
 
-use super::Reverse;
-use crate::bridge::Reply;
-use crate::bridge::relay::exchange;
+use super::{Notes, Reverse};
 use crate::jsonrpc::{self, ErrorObject, Id};
 use crate::protocol::meta;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// The resource subscriptions one session may hold.
@@ -53,6 +50,21 @@ impl Listening {
         p.insert("notifications".into(), Value::Object(filter));
         Some(p)
     }
+}
+
+/// A listen's event in the legacy shape: without the subscription's id; `None` for the
+/// acknowledgement, which has no legacy counterpart.
+pub(super) fn legacy_event(mut note: Value) -> Option<Value> {
+    if note["method"] == "notifications/subscriptions/acknowledged" {
+        return None;
+    }
+    if let Some(meta) = note["params"]
+        .get_mut("_meta")
+        .and_then(Value::as_object_mut)
+    {
+        meta.remove(meta::SUBSCRIPTION_ID);
+    }
+    Some(note)
 }
 
 impl Reverse {
@@ -127,29 +139,8 @@ impl Reverse {
         let Ok(req) = self.upstream_request(&id, crate::protocol::LISTEN, params) else {
             return;
         };
-        let (tx, mut rx) = mpsc::channel(16);
-        let exchanged = exchange(&bridge, self.backend, &req, None, &tx);
-        tokio::pin!(exchanged);
-        loop {
-            tokio::select! {
-                outcome = &mut exchanged => {
-                    if let Err(e) = outcome {
-                        tracing::debug!(code = e.code, "the upstream listen ended: {}", e.message);
-                    }
-                    return;
-                }
-                Some(Reply::Notification(mut note)) = rx.recv() => {
-                    if note["method"] == "notifications/subscriptions/acknowledged" {
-                        continue;
-                    }
-                    if let Some(meta) = note["params"].get_mut("_meta").and_then(Value::as_object_mut) {
-                        meta.remove(meta::SUBSCRIPTION_ID);
-                    }
-                    // Nobody may be reading the session's stream: what does not fit is dropped,
-                    // as a legacy server drops what it cannot deliver.
-                    let _ = self.session.try_send(note);
-                }
-            }
+        if let Err(e) = self.exchange(&bridge, &req, None, Notes::Session).await {
+            tracing::debug!(code = e.code, "the upstream listen ended: {}", e.message);
         }
     }
 }

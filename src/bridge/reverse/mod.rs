@@ -313,7 +313,9 @@ impl Reverse {
         let mut urls = Vec::new();
         for _ in 0..MAX_ROUNDS {
             let req = self.upstream_request(id, method, params.clone())?;
-            let (raw, answered_by) = self.exchange(&bridge, &req, child, answer).await?;
+            let (raw, answered_by) = self
+                .exchange(&bridge, &req, child, Notes::Answer(answer))
+                .await?;
             child = answered_by;
             let result = raw
                 .to_value()
@@ -340,13 +342,14 @@ impl Reverse {
         ))
     }
 
-    /// One round upstream, its notifications passed to the client as they come.
+    /// One exchange upstream (a round, or the session's listen), its notifications passed to
+    /// the client as they come, to `notes`.
     async fn exchange(
         &self,
         bridge: &Bridge,
         req: &Request,
         child: Option<u32>,
-        answer: &Outbound,
+        notes: Notes<'_>,
     ) -> Result<(jsonrpc::Raw, Option<u32>), ErrorObject> {
         let (tx, mut rx) = mpsc::channel(16);
         let exchanged = exchange(bridge, self.backend, req, child, &tx);
@@ -355,14 +358,30 @@ impl Reverse {
             tokio::select! {
                 outcome = &mut exchanged => {
                     while let Ok(Reply::Notification(note)) = rx.try_recv() {
-                        let _ = answer.send(note).await;
+                        self.pass(&notes, note).await;
                     }
                     return outcome;
                 }
                 Some(reply) = rx.recv() => {
                     if let Reply::Notification(note) = reply {
-                        let _ = answer.send(note).await;
+                        self.pass(&notes, note).await;
                     }
+                }
+            }
+        }
+    }
+
+    /// Passes one notification of the backend to the client.
+    async fn pass(&self, notes: &Notes<'_>, note: Value) {
+        match notes {
+            Notes::Answer(answer) => {
+                let _ = answer.send(note).await;
+            }
+            Notes::Session => {
+                if let Some(event) = listen::legacy_event(note) {
+                    // Nobody may be reading the session's stream: what does not fit is
+                    // dropped, as a legacy server drops what it cannot deliver.
+                    let _ = self.session.try_send(event);
                 }
             }
         }
@@ -478,6 +497,14 @@ impl Reverse {
         }
         Ok((responses, urls))
     }
+}
+
+/// Where an upstream exchange's notifications go.
+enum Notes<'a> {
+    /// The stream of the client's request: each waits for room.
+    Answer(&'a Outbound),
+    /// The session's own stream (a listen's events).
+    Session,
 }
 
 /// A complete 2026-07-28 result in the legacy shape: without `resultType`.
