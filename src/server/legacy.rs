@@ -9,7 +9,7 @@
 //! `server::internal`, which hands them to [`held`]).
 
 use super::Body;
-use super::request::{principal, read_messages, single};
+use super::request::{authorization, principal, read_messages, single};
 use super::respond::{self, Refusal};
 use crate::bridge::Bridge;
 use crate::bridge::session::{self, Answer, Found, Initialize, Live, Refused};
@@ -34,18 +34,10 @@ pub async fn initialize(
     id: Id,
     params: Option<Value>,
 ) -> Result<hyper::Response<Body>, Refusal> {
-    let bad = |code, msg: String| Refusal::new(StatusCode::BAD_REQUEST, Some(&id), code, msg);
-    let Some(Value::Object(params)) = params else {
-        return Err(bad(
-            INVALID_PARAMS,
-            "initialize params must be an object".into(),
-        ));
-    };
-    let principal =
-        principal(&bridge.config.principal, headers).map_err(|e| bad(INVALID_REQUEST, e))?;
-    let authorization = single(headers, &header::AUTHORIZATION)
-        .map_err(|e| bad(INVALID_REQUEST, e))?
-        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let params = initialize_params(&id, params)?;
+    let bad = |msg: String| Refusal::new(StatusCode::BAD_REQUEST, Some(&id), INVALID_REQUEST, msg);
+    let principal = principal(&bridge.config.principal, headers).map_err(bad)?;
+    let authorization = authorization(headers).map_err(bad)?;
     let init = Initialize {
         params,
         principal,
@@ -60,6 +52,22 @@ pub async fn initialize(
             Ok(resp)
         }
         Err(e) => Ok(respond::outcome(&id, Err(e))),
+    }
+}
+
+/// An `initialize`'s params, which must be an object.
+pub(super) fn initialize_params(
+    id: &Id,
+    params: Option<Value>,
+) -> Result<serde_json::Map<String, Value>, Refusal> {
+    match params {
+        Some(Value::Object(params)) => Ok(params),
+        _ => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            INVALID_PARAMS,
+            "initialize params must be an object",
+        )),
     }
 }
 
@@ -276,7 +284,7 @@ async fn one(live: &Arc<Live>, message: Message) -> Result<hyper::Response<Body>
             Ok(answer_of(live, id, answer).await)
         }
         other => {
-            take(live, other).await?;
+            take(live, other, || gone(None)).await?;
             Ok(respond::empty(StatusCode::ACCEPTED))
         }
     }
@@ -302,7 +310,7 @@ async fn batch(live: &Arc<Live>, messages: Vec<Message>) -> Result<hyper::Respon
                     },
                 )));
             }
-            other => take(live, other).await?,
+            other => take(live, other, || gone(None)).await?,
         }
     }
     if answers.is_empty() {
@@ -315,8 +323,13 @@ async fn batch(live: &Arc<Live>, messages: Vec<Message>) -> Result<hyper::Respon
     Ok(respond::event_stream(events))
 }
 
-/// A notification or a response of the client, passed to the session.
-async fn take(live: &Arc<Live>, message: Message) -> Result<(), Refusal> {
+/// A notification or a response of the client, passed to the session; `gone` is what the
+/// client is told of a session that ended.
+pub(super) async fn take(
+    live: &Live,
+    message: Message,
+    gone: fn() -> Refusal,
+) -> Result<(), Refusal> {
     let id = match &message {
         Message::Response { id, .. } => Some(id.clone()),
         _ => None,
@@ -330,7 +343,7 @@ async fn take(live: &Arc<Live>, message: Message) -> Result<(), Refusal> {
             error: session::unasked(&unasked),
             method: crate::metrics::Method::Other,
         }),
-        Err(Refused::Ended) => Err(gone(None)),
+        Err(Refused::Ended) => Err(gone()),
     }
 }
 
@@ -344,7 +357,7 @@ fn initialized(id: &Id) -> Refusal {
 }
 
 /// Whether `value` is a response (the last message of a request's answer).
-fn is_response(value: &Value) -> bool {
+pub(super) fn is_response(value: &Value) -> bool {
     value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some())
 }
 

@@ -12,13 +12,13 @@
 //! session through the engine's own check of its sealed id (`Bridge::session`).
 
 use super::Body;
-use super::legacy::{Owner, forward};
-use super::request::{principal, read_message, single};
+use super::legacy::{Owner, forward, initialize_params, is_response, take};
+use super::request::{authorization, principal, read_message};
 use super::respond::{self, Refusal};
 use crate::bridge::Bridge;
-use crate::bridge::session::{self, Found, Initialize, Listen, Live, Refused};
+use crate::bridge::session::{self, Found, Initialize, Listen, Live};
 use crate::config::Config;
-use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST};
+use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST};
 use crate::jsonrpc::{Id, Message};
 use crate::seal::{Digest, ParkId};
 use bytes::Bytes;
@@ -336,9 +336,7 @@ async fn post(
     let token = session_param(req.uri().query())?.to_owned();
     let headers = req.headers();
     let principal = principal(&bridge.config.principal, headers).map_err(bad)?;
-    let authorization = single(headers, &header::AUTHORIZATION)
-        .map_err(bad)?
-        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let authorization = authorization(headers).map_err(bad)?;
     let key = match bridge.locate_stream(backend, &token, &principal) {
         Ok(key) => key,
         Err(Found::Owner { owner, addr }) => {
@@ -374,14 +372,7 @@ pub(super) async fn held(
         .ok_or_else(gone)?;
     match message {
         Message::Request { id, method, params } if method == "initialize" => {
-            let Some(Value::Object(params)) = params else {
-                return Err(Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    Some(&id),
-                    INVALID_PARAMS,
-                    "initialize params must be an object",
-                ));
-            };
+            let params = initialize_params(&id, params)?;
             let init = Initialize {
                 params,
                 principal,
@@ -450,26 +441,10 @@ async fn deliver(
             tokio::spawn(answer(live, stream.outbox.clone(), id, method, params));
             Ok(respond::empty(StatusCode::ACCEPTED))
         }
-        Message::Response { id, outcome } => {
-            let response = Message::Response {
-                id: id.clone(),
-                outcome,
-            };
-            match live.send(response).await {
-                Ok(()) => Ok(respond::empty(StatusCode::ACCEPTED)),
-                Err(Refused::Unasked(_)) => Err(Refusal {
-                    status: StatusCode::BAD_REQUEST,
-                    id: Some(id.clone()),
-                    error: session::unasked(&id),
-                    method: crate::metrics::Method::Other,
-                }),
-                Err(Refused::Ended) => Err(gone()),
-            }
+        other => {
+            take(&live, other, gone).await?;
+            Ok(respond::empty(StatusCode::ACCEPTED))
         }
-        notification => match live.send(notification).await {
-            Ok(()) | Err(Refused::Unasked(_)) => Ok(respond::empty(StatusCode::ACCEPTED)),
-            Err(Refused::Ended) => Err(gone()),
-        },
     }
 }
 
@@ -483,8 +458,7 @@ async fn answer(
 ) {
     let mut answer = live.request(id.clone(), method, params).await;
     while let Some(message) = answer.rx.recv().await {
-        let last = message.get("method").is_none()
-            && (message.get("result").is_some() || message.get("error").is_some());
+        let last = is_response(&message);
         if outbox.send(Out::Message(message)).await.is_err() || last {
             return;
         }

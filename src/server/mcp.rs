@@ -5,7 +5,7 @@
 //! closed it) drops the reply receiver, which cancels the call.
 
 use super::Body;
-use super::request::{principal, read_message, single};
+use super::request::{authorization, principal, read_message, single};
 use super::respond::{self, Refusal};
 use crate::bridge::{self, Bridge, Reply};
 use crate::jsonrpc::{self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, Id, Message, Payload};
@@ -17,7 +17,7 @@ use crate::protocol::meta::RequestMeta;
 use crate::protocol::param;
 use crate::protocol::{self, MODERN};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -125,12 +125,7 @@ async fn handle(
         .of(label)
     };
     let principal = principal(&bridge.config.principal, &parts.headers).map_err(refused)?;
-    // Copied: the header shares the connection's read buffer, which a parked call would
-    // otherwise keep alive. Authorization is a singleton field: a repeated one is refused
-    // whatever the principal comes from, since the backend is given one copy.
-    let authorization = single(&parts.headers, &header::AUTHORIZATION)
-        .map_err(refused)?
-        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let authorization = authorization(&parts.headers).map_err(refused)?;
     // Checked by the engine, which knows which of them the tool declares.
     let param_headers = param::Headers::from_request(&parts.headers);
     // park and round are filled in by the engine once known.

@@ -69,6 +69,14 @@ pub async fn read_messages(
     Ok((parts, messages))
 }
 
+/// The client's `Authorization`, if it sent one: refused when repeated (a singleton field,
+/// and the backend is given one copy), whatever the principal comes from. Copied: the header
+/// shares the connection's read buffer, which a parked call would otherwise keep alive.
+pub fn authorization(headers: &HeaderMap) -> Result<Option<HeaderValue>, String> {
+    let value = single(headers, &header::AUTHORIZATION)?;
+    Ok(value.and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()))
+}
+
 /// A header that must appear at most once. A repeated one is refused rather than read by its
 /// first copy: a proxy in front of the gateway that reads another copy (or all of them) would
 /// route, authorize or attribute on a value the gateway never checked.
