@@ -433,20 +433,23 @@ fn sse_event(id: &str, msg: &Value) -> Bytes {
 /// the client lost is resumed instead: what it missed, then what is still to come on it.
 fn listen(live: &Arc<Live>, last_event: Option<&str>) -> hyper::Response<Body> {
     let resumed = last_event.and_then(|id| live.streams.resume(id));
-    if let Some(resumed) = resumed.filter(|r| r.stream != streams::STANDALONE) {
-        let stream = resumed.stream;
-        let missed = resumed
-            .missed
-            .into_iter()
-            .map(|event| Ok(Frame::data(event)));
-        let rest = Sending {
-            live: live.clone(),
-            stream,
-            first: None,
-            rx: resumed.detached,
-        };
-        return respond::event_stream(futures_util::stream::iter(missed).chain(rest.events()));
-    }
+    let missed = match resumed {
+        Some(resumed) if resumed.stream != streams::STANDALONE => {
+            let rest = Sending {
+                live: live.clone(),
+                stream: resumed.stream,
+                first: None,
+                rx: resumed.detached,
+            };
+            let missed = resumed
+                .missed
+                .into_iter()
+                .map(|event| Ok(Frame::data(event)));
+            return respond::event_stream(futures_util::stream::iter(missed).chain(rest.events()));
+        }
+        Some(resumed) => resumed.missed,
+        None => Vec::new(),
+    };
     let Some(listen) = live.listen() else {
         return Refusal::new(
             StatusCode::CONFLICT,
@@ -456,10 +459,7 @@ fn listen(live: &Arc<Live>, last_event: Option<&str>) -> hyper::Response<Body> {
         )
         .into_response();
     };
-    let missed: Vec<_> = last_event
-        .and_then(|id| live.streams.resume(id))
-        .map(|r| r.missed)
-        .unwrap_or_default()
+    let missed: Vec<_> = missed
         .into_iter()
         .map(|event| Ok(Frame::data(event)))
         .collect();
